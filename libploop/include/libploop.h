@@ -1,0 +1,276 @@
+/* libploop: ploop/Parallels v2 image stacks in user space, through direct I/O.
+ *
+ * Error convention (as libnbd): every function returns -1 (or NULL) on error
+ * and leaves a one-line message naming the file and the problem in
+ * thread-local storage, read with ploop_get_error() / ploop_get_errno().
+ * The library never prints, never exits, never parses argv.
+ *
+ * Thread safety: a struct ploop_disk may be used from many threads at once
+ * for pread/pwrite/flush/discard/write_zeroes/block_status; structural
+ * operations (snapshot, resize, close) serialise against in-flight I/O
+ * internally.  Other objects are single-threaded.
+ */
+#ifndef LIBPLOOP_H
+#define LIBPLOOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PLOOP_VERSION_STRING "0.1.0"
+
+/* ---- errors -------------------------------------------------------- */
+
+const char *ploop_get_error(void);
+int ploop_get_errno(void);
+
+/* Exit-code classes that the CLI maps failures to (documented in README). */
+enum ploop_status {
+  PLOOP_OK = 0,
+  PLOOP_ERR_GENERIC = 1,
+  PLOOP_ERR_PARAM = 2,     /* bad argument from the caller */
+  PLOOP_ERR_CORRUPT = 3,   /* image or descriptor fails validation */
+  PLOOP_ERR_IO = 4,        /* the operating system refused I/O */
+  PLOOP_ERR_BUSY = 5,      /* locked by another process, or in use */
+  PLOOP_ERR_NOTFOUND = 6,  /* no such file / snapshot */
+};
+/* Class of the last error in this thread (an enum ploop_status). */
+int ploop_get_status(void);
+
+/* ---- constants ------------------------------------------------------ */
+
+#define PLOOP_SECTOR_SIZE 512u
+#define PLOOP_DEFAULT_CLUSTER_SECTORS 2048u  /* 1 MiB */
+#define PLOOP_MIN_CLUSTER_SECTORS 64u        /* 32 KiB */
+#define PLOOP_MAX_CLUSTER_SECTORS 131072u    /* 64 MiB */
+#define PLOOP_MAX_DELTAS 128u                /* 126 snapshots + base + top */
+#define PLOOP_UUID_LEN 38                    /* "{xxxxxxxx-...-xxxxxxxxxxxx}" */
+#define PLOOP_TOP_GUID "{5fbaabe3-6958-40ff-92a7-860e329aab41}"
+#define PLOOP_NULL_GUID "{00000000-0000-0000-0000-000000000000}"
+#define PLOOP_DESCRIPTOR_NAME "DiskDescriptor.xml"
+#define PLOOP_DEFAULT_IMAGE_NAME "root.hds"
+
+/* ---- single delta file ---------------------------------------------- */
+
+struct ploop_delta;
+
+struct ploop_delta_create_params {
+  uint64_t size_bytes;       /* virtual size; rounded up to the cluster */
+  uint32_t cluster_sectors;  /* 0 = default (2048) */
+  int version;               /* 0 = 2; 1 or 2 */
+};
+
+enum ploop_open_flags {
+  PLOOP_OPEN_RDONLY = 0,
+  PLOOP_OPEN_RDWR = 1 << 0,
+  PLOOP_OPEN_ALLOW_DIRTY = 1 << 1,  /* open even if the in-use mark is set */
+  PLOOP_OPEN_NO_LOCK = 1 << 2,      /* disk: skip the descriptor lock (caller holds it) */
+};
+
+struct ploop_delta_info {
+  int version;                /* 1 or 2 */
+  uint32_t cluster_sectors;
+  uint64_t cluster_bytes;
+  uint64_t virtual_bytes;     /* m_SizeInSectors * 512 */
+  uint32_t bat_entries;       /* m_Size */
+  uint32_t first_block_sectors;
+  uint64_t allocated_clusters;
+  uint64_t file_bytes;        /* st_size */
+  uint64_t disk_bytes;        /* st_blocks * 512 */
+  bool in_use;
+  uint32_t flags;
+};
+
+/* Create a new, empty delta; fails if PATH exists. */
+int ploop_delta_create(const char *path, const struct ploop_delta_create_params *p);
+struct ploop_delta *ploop_delta_open(const char *path, unsigned flags);
+/* Flush, clear the in-use mark (if opened read-write) and close. */
+int ploop_delta_close(struct ploop_delta *d);
+int ploop_delta_get_info(struct ploop_delta *d, struct ploop_delta_info *out);
+const char *ploop_delta_path(const struct ploop_delta *d);
+
+/* ---- checking a delta ---------------------------------------------- */
+
+struct ploop_check_report {
+  uint64_t clusters_beyond_eof;     /* BAT entry points past the file end */
+  uint64_t clusters_beyond_size;    /* BAT slot past the virtual size used */
+  uint64_t clusters_misaligned;     /* v1: entry not cluster-aligned */
+  uint64_t clusters_duplicate;      /* one data cluster referenced twice */
+  uint64_t clusters_in_bat_area;    /* entry points into header/BAT */
+  uint64_t clusters_lost;           /* data cluster nobody references */
+  bool header_bad;                  /* unusable header: nothing else checked */
+  bool file_size_unaligned;
+  bool in_use;
+  bool repaired;                    /* repair was asked for and done */
+  char header_problem[256];
+};
+enum ploop_check_flags {
+  PLOOP_CHECK_REPAIR = 1 << 0,  /* fix what can be fixed (clears bad slots) */
+  PLOOP_CHECK_FORCE = 1 << 1,   /* check even when the in-use mark is clear */
+  PLOOP_CHECK_READONLY = 1 << 2 /* never write, even the in-use mark */
+};
+/* Returns 0 when clean (or repaired), 1 when problems remain, -1 on error. */
+int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_report *r);
+/* One line per problem found, for printing; writes into BUF. */
+void ploop_check_report_format(const struct ploop_check_report *r, char *buf, size_t len);
+
+/* ---- DiskDescriptor.xml --------------------------------------------- */
+
+struct ploop_image_desc {
+  char guid[PLOOP_UUID_LEN + 1];
+  char *file;          /* relative to the descriptor's directory */
+  bool plain;          /* Type=Plain (raw), else Compressed (ploop1) */
+};
+struct ploop_snapshot_desc {
+  char guid[PLOOP_UUID_LEN + 1];
+  char parent[PLOOP_UUID_LEN + 1];
+  bool temporary;
+};
+struct ploop_descriptor {
+  char *dir;                 /* absolute directory of the descriptor */
+  uint64_t size_sectors;     /* Disk_size */
+  uint32_t cluster_sectors;  /* Blocksize */
+  uint32_t cylinders, heads, sectors;
+  char top_guid[PLOOP_UUID_LEN + 1];
+  struct ploop_image_desc *images;
+  size_t n_images;
+  struct ploop_snapshot_desc *snapshots;
+  size_t n_snapshots;
+};
+/* DIR_OR_XML is a directory holding DiskDescriptor.xml or the file itself. */
+struct ploop_descriptor *ploop_descriptor_load(const char *dir_or_xml);
+/* Atomic replace: .tmp, fsync, rename, fsync dir. */
+int ploop_descriptor_save(const struct ploop_descriptor *d);
+void ploop_descriptor_free(struct ploop_descriptor *d);
+/* Validation of structure: cycles, two tops, missing files, paths leaving the dir. */
+int ploop_descriptor_validate(const struct ploop_descriptor *d);
+/* The chain base..GUID (GUID NULL = top); returns count, fills indexes into images[]. */
+int ploop_descriptor_chain(const struct ploop_descriptor *d, const char *guid,
+                           size_t *idx, size_t max);
+const struct ploop_image_desc *ploop_descriptor_find_image(const struct ploop_descriptor *d,
+                                                           const char *guid);
+/* Absolute path of an image; caller frees. */
+char *ploop_descriptor_image_path(const struct ploop_descriptor *d,
+                                  const struct ploop_image_desc *img);
+
+/* Make a new disk: DIR/root.hds (or the given delta path) + DiskDescriptor.xml. */
+int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_params *p);
+
+/* ---- the disk: a stack of deltas ------------------------------------ */
+
+struct ploop_disk;
+
+/* Opens the stack the descriptor describes, top read-write when
+ * PLOOP_OPEN_RDWR.  SNAPSHOT_GUID non-NULL opens that snapshot's state
+ * read-only (the chain base..snapshot). Takes the disk lock for RDWR. */
+struct ploop_disk *ploop_disk_open(const char *dir_or_xml, const char *snapshot_guid,
+                                   unsigned flags);
+int ploop_disk_close(struct ploop_disk *disk);
+
+uint64_t ploop_disk_size(const struct ploop_disk *disk);          /* bytes */
+uint64_t ploop_disk_cluster_size(const struct ploop_disk *disk);  /* bytes */
+bool ploop_disk_readonly(const struct ploop_disk *disk);
+/* Number of deltas in the stack (base = depth n, top = depth 1). */
+unsigned ploop_disk_depth(const struct ploop_disk *disk);
+const char *ploop_disk_dir(const struct ploop_disk *disk);
+/* A snapshot of the descriptor as it is now (caller frees). */
+struct ploop_descriptor *ploop_disk_descriptor(struct ploop_disk *disk);
+
+/* Any offset/length/buffer; aligned (512 B offset+len, 4 KiB buffer) is the fast path. */
+int ploop_disk_pread(struct ploop_disk *disk, void *buf, size_t len, uint64_t off);
+
+enum ploop_write_flags {
+  PLOOP_WRITE_FUA = 1 << 0,      /* durable before return */
+  PLOOP_ZERO_NO_HOLE = 1 << 1,   /* write_zeroes: keep clusters allocated */
+  PLOOP_ZERO_FAST = 1 << 2,      /* write_zeroes: fail with ENOTSUP if slow */
+};
+int ploop_disk_pwrite(struct ploop_disk *disk, const void *buf, size_t len, uint64_t off,
+                      unsigned flags);
+/* Every write that returned before this call is durable when it returns. */
+int ploop_disk_flush(struct ploop_disk *disk);
+/* Frees whole clusters of the top delta that the range covers (reads as
+ * zero afterwards when no lower delta holds them; otherwise zeroes are
+ * written), zeroes partial clusters. */
+int ploop_disk_discard(struct ploop_disk *disk, uint64_t off, uint64_t len);
+int ploop_disk_write_zeroes(struct ploop_disk *disk, uint64_t off, uint64_t len,
+                            unsigned flags);
+
+/* Allocation map: extents of equal state from OFF, at most MAX. */
+struct ploop_extent {
+  uint64_t offset, length;
+  unsigned depth;  /* 0 = in no delta (hole), 1 = top, 2 = the one below, ... */
+};
+int ploop_disk_block_status(struct ploop_disk *disk, uint64_t off, uint64_t len,
+                            struct ploop_extent *out, size_t max);
+
+/* Dirty tracking: clusters written since the mark (bitmap of clusters). */
+int ploop_disk_dirty_start(struct ploop_disk *disk);   /* clear and start */
+int ploop_disk_dirty_stop(struct ploop_disk *disk);
+/* Copies the bitmap (one bit per cluster, ceil(clusters/8) bytes) and, if
+ * CLEAR, resets it atomically with the copy. */
+int ploop_disk_dirty_get(struct ploop_disk *disk, uint8_t *bitmap, size_t bytes, bool clear);
+
+/* ---- snapshots ------------------------------------------------------ */
+
+/* Instant snapshot of an open read-write disk: drains in-flight I/O,
+ * flushes, pushes a new empty top.  GUID may be NULL (generated).  The new
+ * snapshot's GUID is written to OUT (PLOOP_UUID_LEN+1 bytes). */
+int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out);
+/* Offline form: opens, snapshots, closes. */
+int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out);
+/* Delete: leaf removed; one child merged into it; else refused. */
+int ploop_snapshot_delete(const char *dir_or_xml, const char *guid);
+typedef void (*ploop_progress_fn)(void *opaque, uint64_t done, uint64_t total);
+/* Merge GUID into its parent (GUID NULL = the top's parent chain, ALL = everything into base). */
+int ploop_snapshot_merge(const char *dir_or_xml, const char *guid, bool all,
+                         ploop_progress_fn progress, void *opaque);
+/* Online merge on an open disk (merges the snapshot below the top into ... as above). */
+int ploop_disk_merge(struct ploop_disk *disk, const char *guid, bool all,
+                     ploop_progress_fn progress, void *opaque);
+int ploop_snapshot_switch(const char *dir_or_xml, const char *guid);
+
+/* ---- resize, convert ------------------------------------------------ */
+
+enum ploop_resize_flags { PLOOP_RESIZE_FORCE = 1 << 0 };
+int ploop_resize(const char *dir_or_xml, uint64_t new_bytes, unsigned flags);
+/* Online grow/shrink of an open read-write disk. */
+int ploop_disk_resize(struct ploop_disk *disk, uint64_t new_bytes, unsigned flags);
+int ploop_convert_version(const char *dir_or_xml, int version);
+int ploop_convert_format(const char *dir_or_xml, bool to_raw);
+
+/* ---- import / export ------------------------------------------------ */
+
+struct ploop_copy_stats {
+  uint64_t bytes_total, clusters_written, clusters_zeroed, clusters_skipped;
+};
+/* Make the disk equal to the raw file SRC; writes only clusters that differ. */
+int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn progress,
+                     void *opaque, struct ploop_copy_stats *stats);
+/* Write the virtual disk (at SNAPSHOT_GUID, or the top) as a sparse raw file. */
+int ploop_export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *dst,
+                     ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats);
+
+/* ---- check of a whole disk ------------------------------------------ */
+
+/* Checks the descriptor and every delta. Returns 0 clean/repaired, 1 broken, -1 error.
+ * MSG receives one line per problem. */
+int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t msglen);
+
+/* ---- helpers -------------------------------------------------------- */
+
+/* "{8-4-4-4-12}" random UUID into OUT (PLOOP_UUID_LEN+1). */
+void ploop_uuid_generate(char *out);
+/* Accepts with or without braces; normalises to braced lowercase. */
+int ploop_uuid_normalize(const char *in, char *out);
+/* Parses "10G", "512M", "4096" (bytes), K/M/G/T suffixes (binary). */
+int ploop_parse_size(const char *s, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
