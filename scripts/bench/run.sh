@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs every benchmark (scripts/bench/*.sh but this file) in one run; each
+# prints its own side-by-side table and ratios.
+set -uo pipefail
+cd "$(dirname "$0")"
+for b in *.sh; do
+  [[ $b == run.sh || $b == common.sh ]] && continue
+  [[ -n ${1:-} && $b != *$1* ]] && continue
+  echo "=== bench: ${b%.sh}"
+  bash "$b" || echo "bench ${b%.sh} failed (rc=$?)"
+done
