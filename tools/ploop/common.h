@@ -1,0 +1,89 @@
+/* Shared helpers of the ploop CLI: the verb table entry, exit codes, one-line
+ * error printing, option/size/UUID parsing, the progress bar and JSON output. */
+#ifndef PLOOP_CLI_COMMON_H
+#define PLOOP_CLI_COMMON_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "libploop.h"
+
+/* Exit codes: the library's status classes, plus 2 for usage errors.  The same
+ * table is printed by `ploop --help` and kept in README.md. */
+enum cli_exit {
+  EXIT_OK = 0,
+  EXIT_GENERIC = 1,  /* any other failure */
+  EXIT_USAGE = 2,    /* bad command line or argument value */
+  EXIT_CORRUPT = 3,  /* image or descriptor is broken (check found problems) */
+  EXIT_IO = 4,       /* the operating system refused I/O */
+  EXIT_BUSY = 5,     /* image locked by another process or in use */
+  EXIT_NOTFOUND = 6, /* no such file, image or snapshot */
+};
+
+struct cli_verb {
+  const char *name;
+  int (*run)(int argc, char **argv); /* argv[0] is the verb */
+  const char *synopsis;              /* "init -s SIZE [...] DELTA" */
+  const char *summary;               /* one line for `ploop help` */
+  const char *details;               /* options, printed by `ploop VERB --help` */
+};
+
+/* The verb being run, for messages ("ploop VERB: ..."). */
+extern const char *cli_verb_name;
+
+/* Prints "ploop VERB: MESSAGE" on one line to stderr; returns CODE. */
+int cli_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints the library's last error, optionally prefixed by CONTEXT ("import x.raw"),
+ * and returns the exit code of its status class. */
+int cli_lib_error(const char *context_fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A usage error: prints the message plus a pointer to --help, returns EXIT_USAGE. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Maps ploop_get_status() to an exit code. */
+int cli_exit_from_status(int status);
+
+/* getopt_long for verbs: adds --help, reports unknown/missing options as one
+ * usage line.  Returns the option, -1 at the end, or '?' after printing an
+ * error (the caller returns EXIT_USAGE), or 'h' when help was printed (the
+ * caller returns EXIT_OK). */
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts);
+void cli_print_verb_help(const struct cli_verb *v, FILE *f);
+const struct cli_verb *cli_find_verb(const char *name);
+
+/* Requires exactly N positional arguments left after options. */
+bool cli_positional(int argc, char **argv, int n, const char *what);
+
+/* Value parsers: print a usage error and return false on bad input. */
+bool cli_parse_size(const char *opt, const char *s, uint64_t *out);
+bool cli_parse_uint(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out);
+/* Normalises to braced lowercase into OUT (PLOOP_UUID_LEN + 1 bytes). */
+bool cli_parse_uuid(const char *opt, const char *s, char *out);
+
+/* What a path argument names. */
+enum cli_target { CLI_TARGET_DISK, CLI_TARGET_DELTA };
+/* A directory or a DiskDescriptor.xml is a disk; a file starting with a ploop
+ * signature (or anything else that is not XML) is a delta.  Fails (printed)
+ * when PATH does not exist. */
+int cli_classify(const char *path, enum cli_target *out);
+
+/* Progress bar on stderr, only when stderr is a terminal. */
+struct cli_progress {
+  const char *label;
+  bool enabled;
+  bool drawn;
+  int last_permille;
+  uint64_t start_ns, last_ns;
+};
+void cli_progress_init(struct cli_progress *p, const char *label);
+void cli_progress_cb(void *opaque, uint64_t done, uint64_t total); /* a ploop_progress_fn */
+void cli_progress_end(struct cli_progress *p);
+
+uint64_t cli_now_ns(void);
+
+/* Human-readable byte count ("1.5 GiB") into BUF. */
+const char *cli_human_bytes(uint64_t bytes, char *buf, size_t len);
+/* Writes S as a JSON string literal (with quotes). */
+void cli_json_string(FILE *f, const char *s);
+
+#endif

@@ -1,0 +1,235 @@
+/* `ploop info`: sizes, format and space use of a disk (summed over its
+ * deltas) or of one delta file, as text or JSON. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common.h"
+
+struct info_image {
+  const char *guid;
+  const char *file;
+  bool plain;
+  struct ploop_delta_info di;
+};
+
+struct info {
+  const char *path;
+  bool is_disk;
+  uint64_t virtual_bytes, cluster_bytes;
+  int version;
+  size_t n_images, n_snapshots;
+  uint64_t allocated_clusters, file_bytes, disk_bytes;
+  bool in_use;
+  struct info_image *images;
+};
+
+/* Fills DI for one image; raw (Plain) images have no header, only a size. */
+static int image_info(const char *path, bool plain, struct ploop_delta_info *di)
+{
+  memset(di, 0, sizeof *di);
+  if (plain) {
+    struct stat st;
+    if (stat(path, &st) < 0)
+      return cli_error(EXIT_NOTFOUND, "%s: %s", path, strerror(errno));
+    di->file_bytes = (uint64_t)st.st_size;
+    di->disk_bytes = (uint64_t)st.st_blocks * 512;
+    di->virtual_bytes = (uint64_t)st.st_size;
+    return 0;
+  }
+  struct ploop_delta *d = ploop_delta_open(path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
+  if (!d)
+    return cli_lib_error(NULL);
+  int r = ploop_delta_get_info(d, di);
+  int saved = r < 0 ? cli_lib_error(NULL) : 0;
+  ploop_delta_close(d);
+  return saved;
+}
+
+static void print_text(const struct info *in)
+{
+  char a[32], b[32];
+  printf("%-18s %s\n", in->is_disk ? "disk:" : "delta:", in->path);
+  printf("%-18s %s (%" PRIu64 " bytes)\n", "virtual size:",
+         cli_human_bytes(in->virtual_bytes, a, sizeof a), in->virtual_bytes);
+  printf("%-18s %s (%" PRIu64 " sectors)\n", "cluster size:",
+         cli_human_bytes(in->cluster_bytes, a, sizeof a), in->cluster_bytes / 512);
+  printf("%-18s %d\n", "format version:", in->version);
+  if (in->is_disk) {
+    printf("%-18s %zu\n", "deltas:", in->n_images);
+    printf("%-18s %zu\n", "snapshots:", in->n_images ? in->n_images - 1 : 0);
+  }
+  printf("%-18s %" PRIu64 " clusters (%s)\n", "allocated:", in->allocated_clusters,
+         cli_human_bytes(in->allocated_clusters * in->cluster_bytes, a, sizeof a));
+  printf("%-18s %s on disk, %s apparent\n", "space used:",
+         cli_human_bytes(in->disk_bytes, a, sizeof a), cli_human_bytes(in->file_bytes, b, sizeof b));
+  printf("%-18s %s\n", "in use:", in->in_use ? "yes" : "no");
+  if (in->is_disk && in->n_images > 1) {
+    printf("images (base first):\n");
+    for (size_t i = 0; i < in->n_images; i++) {
+      const struct info_image *im = &in->images[i];
+      printf("  %s %s %" PRIu64 " clusters, %s on disk\n", im->guid, im->file,
+             im->di.allocated_clusters, cli_human_bytes(im->di.disk_bytes, a, sizeof a));
+    }
+  }
+}
+
+static void print_json(const struct info *in)
+{
+  printf("{\n  \"path\": ");
+  cli_json_string(stdout, in->path);
+  printf(",\n  \"type\": \"%s\",\n", in->is_disk ? "disk" : "delta");
+  printf("  \"virtual_size\": %" PRIu64 ",\n", in->virtual_bytes);
+  printf("  \"cluster_size\": %" PRIu64 ",\n", in->cluster_bytes);
+  printf("  \"format_version\": %d,\n", in->version);
+  printf("  \"deltas\": %zu,\n", in->n_images);
+  printf("  \"allocated_clusters\": %" PRIu64 ",\n", in->allocated_clusters);
+  printf("  \"allocated_bytes\": %" PRIu64 ",\n", in->allocated_clusters * in->cluster_bytes);
+  printf("  \"disk_bytes\": %" PRIu64 ",\n", in->disk_bytes);
+  printf("  \"file_bytes\": %" PRIu64 ",\n", in->file_bytes);
+  printf("  \"in_use\": %s", in->in_use ? "true" : "false");
+  if (in->is_disk) {
+    printf(",\n  \"images\": [");
+    for (size_t i = 0; i < in->n_images; i++) {
+      const struct info_image *im = &in->images[i];
+      printf("%s\n    {\"guid\": ", i ? "," : "");
+      cli_json_string(stdout, im->guid);
+      printf(", \"file\": ");
+      cli_json_string(stdout, im->file);
+      printf(", \"type\": \"%s\", \"allocated_clusters\": %" PRIu64 ", \"disk_bytes\": %" PRIu64
+             ", \"file_bytes\": %" PRIu64 "}",
+             im->plain ? "raw" : "ploop1", im->di.allocated_clusters, im->di.disk_bytes,
+             im->di.file_bytes);
+    }
+    printf("\n  ]");
+  }
+  printf("\n}\n");
+}
+
+static int info_delta(const char *path, struct info *in)
+{
+  struct ploop_delta_info di;
+  int rc = image_info(path, false, &di);
+  if (rc)
+    return rc;
+  in->virtual_bytes = di.virtual_bytes;
+  in->cluster_bytes = di.cluster_bytes;
+  in->version = di.version;
+  in->n_images = 1;
+  in->allocated_clusters = di.allocated_clusters;
+  in->file_bytes = di.file_bytes;
+  in->disk_bytes = di.disk_bytes;
+  in->in_use = di.in_use;
+  return 0;
+}
+
+/* Sums over every image: the top's chain base first, then any image off it
+ * (left by snapshot-switch), which still uses space. */
+static int info_disk(struct ploop_descriptor *d, struct info *in)
+{
+  in->is_disk = true;
+  in->virtual_bytes = d->size_sectors * 512;
+  in->cluster_bytes = (uint64_t)d->cluster_sectors * 512;
+  in->n_images = d->n_images;
+  in->images = calloc(d->n_images ? d->n_images : 1, sizeof *in->images);
+  if (!in->images)
+    return cli_error(EXIT_GENERIC, "out of memory");
+  size_t idx[PLOOP_MAX_DELTAS];
+  int depth = ploop_descriptor_chain(d, NULL, idx, PLOOP_MAX_DELTAS);
+  if (depth < 0)
+    return cli_lib_error(NULL);
+  size_t order[PLOOP_MAX_DELTAS * 2], n = 0;
+  bool seen[PLOOP_MAX_DELTAS * 2] = {0};
+  for (int i = 0; i < depth; i++) {
+    order[n++] = idx[i];
+    seen[idx[i]] = true;
+  }
+  for (size_t i = 0; i < d->n_images && n < sizeof order / sizeof order[0]; i++)
+    if (!seen[i])
+      order[n++] = i;
+  for (size_t k = 0; k < n; k++) {
+    const struct ploop_image_desc *img = &d->images[order[k]];
+    char *path = ploop_descriptor_image_path(d, img);
+    if (!path)
+      return cli_lib_error(NULL);
+    struct info_image *im = &in->images[k];
+    im->guid = img->guid;
+    im->file = img->file;
+    im->plain = img->plain;
+    int rc = image_info(path, img->plain, &im->di);
+    free(path);
+    if (rc)
+      return rc;
+    in->allocated_clusters += img->plain && in->cluster_bytes
+                                  ? (im->di.file_bytes + in->cluster_bytes - 1) / in->cluster_bytes
+                                  : im->di.allocated_clusters;
+    in->file_bytes += im->di.file_bytes;
+    in->disk_bytes += im->di.disk_bytes;
+    if (strcmp(img->guid, d->top_guid) == 0) {
+      in->in_use = im->di.in_use;
+      if (!img->plain)
+        in->version = im->di.version;
+    }
+    if (!in->version && !img->plain)
+      in->version = im->di.version;
+  }
+  return 0;
+}
+
+static int run_info(int argc, char **argv)
+{
+  static const struct option longopts[] = {{"json", no_argument, NULL, 'j'}, {0}};
+  bool json = false;
+  int c;
+  while ((c = cli_getopt(argc, argv, "", longopts)) != -1) {
+    switch (c) {
+    case 'j':
+      json = true;
+      break;
+    case 'h':
+      return EXIT_OK;
+    default:
+      return EXIT_USAGE;
+    }
+  }
+  if (!cli_positional(argc, argv, 1, "DISK or DELTA"))
+    return EXIT_USAGE;
+  const char *path = argv[optind];
+  enum cli_target t;
+  int rc = cli_classify(path, &t);
+  if (rc)
+    return rc;
+
+  struct info in = {.path = path};
+  struct ploop_descriptor *d = NULL;
+  if (t == CLI_TARGET_DELTA) {
+    rc = info_delta(path, &in);
+  } else {
+    d = ploop_descriptor_load(path);
+    if (!d)
+      return cli_lib_error(NULL);
+    if (ploop_descriptor_validate(d) < 0)
+      rc = cli_lib_error(NULL);
+    else
+      rc = info_disk(d, &in);
+  }
+  if (rc == 0) {
+    if (json)
+      print_json(&in);
+    else
+      print_text(&in);
+  }
+  free(in.images);
+  ploop_descriptor_free(d);
+  return rc;
+}
+
+const struct cli_verb verb_info = {
+    .name = "info",
+    .run = run_info,
+    .synopsis = "info [--json] DISK|DELTA",
+    .summary = "show virtual size, cluster size, format version, deltas and space used",
+    .details = "  --json    print one JSON object (sizes in bytes)\n",
+};

@@ -1,0 +1,94 @@
+/* `ploop init`: creates a new disk (one empty delta + DiskDescriptor.xml). */
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common.h"
+
+static int run_init(int argc, char **argv)
+{
+  static const struct option longopts[] = {
+      {"size", required_argument, NULL, 's'},
+      {"blocksize", required_argument, NULL, 'b'},
+      {"format-version", required_argument, NULL, 'v'},
+      {"fstype", required_argument, NULL, 't'},
+      {"format", required_argument, NULL, 'f'},
+      {0},
+  };
+  struct ploop_delta_create_params p = {0};
+  bool have_size = false;
+  const char *fstype = "none";
+  uint64_t v;
+  int c;
+  while ((c = cli_getopt(argc, argv, "s:b:v:t:f:", longopts)) != -1) {
+    switch (c) {
+    case 's':
+      if (!cli_parse_size("-s", optarg, &p.size_bytes))
+        return EXIT_USAGE;
+      if (p.size_bytes == 0)
+        return cli_usage_error("-s: the size must be greater than zero");
+      have_size = true;
+      break;
+    case 'b':
+      if (!cli_parse_uint("-b", optarg, PLOOP_MIN_CLUSTER_SECTORS, PLOOP_MAX_CLUSTER_SECTORS, &v))
+        return EXIT_USAGE;
+      if (v & (v - 1))
+        return cli_usage_error("-b: cluster size %s sectors is not a power of two", optarg);
+      p.cluster_sectors = (uint32_t)v;
+      break;
+    case 'v':
+      if (!cli_parse_uint("-v", optarg, 1, 2, &v))
+        return EXIT_USAGE;
+      p.version = (int)v;
+      break;
+    case 't':
+      fstype = optarg;
+      break;
+    case 'f':
+      /* Only the thin ("expanded") format is made here; raw and
+       * preallocated bases come from `ploop convert`. */
+      if (strcmp(optarg, "ploop1") != 0 && strcmp(optarg, "expanded") != 0)
+        return cli_usage_error("-f: unsupported image format '%s' (ploop1 or expanded)", optarg);
+      break;
+    case 'h':
+      return EXIT_OK;
+    default:
+      return EXIT_USAGE;
+    }
+  }
+  if (!have_size)
+    return cli_usage_error("-s SIZE is required");
+  if (strcmp(fstype, "none") != 0) {
+    if (strcmp(fstype, "ext4") == 0 || strcmp(fstype, "xfs") == 0 || strcmp(fstype, "ext3") == 0)
+      return cli_usage_error("-t %s: making a file system is not supported in this build; use -t none",
+                             fstype);
+    return cli_usage_error("-t: unknown file system '%s' (none, ext4 or xfs)", fstype);
+  }
+  if (!cli_positional(argc, argv, 1, "DELTA (e.g. DIR/root.hds)"))
+    return EXIT_USAGE;
+
+  /* A directory argument means DIR/root.hds, as ploop's own layout has it. */
+  char path[4096];
+  const char *arg = argv[optind];
+  struct stat st;
+  if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
+    snprintf(path, sizeof path, "%s/%s", arg, PLOOP_DEFAULT_IMAGE_NAME);
+  else
+    snprintf(path, sizeof path, "%s", arg);
+
+  if (ploop_disk_create(path, &p) < 0)
+    return cli_lib_error("%s", path);
+  return EXIT_OK;
+}
+
+const struct cli_verb verb_init = {
+    .name = "init",
+    .run = run_init,
+    .synopsis = "init -s SIZE [-b CLUSTER_SECTORS] [-v 1|2] [-t none] [-f ploop1] DELTA",
+    .summary = "create a new empty disk: DELTA (or DIR/root.hds) and DiskDescriptor.xml",
+    .details = "  -s, --size SIZE           virtual size; bytes or with a K, M, G, T suffix\n"
+               "  -b, --blocksize SECTORS   cluster size in 512-byte sectors, a power of two\n"
+               "                            from 64 (32 KiB) to 131072 (64 MiB); default 2048\n"
+               "  -v, --format-version 1|2  image format version; default 2\n"
+               "  -t, --fstype none         file system inside the disk (only none for now)\n"
+               "  -f, --format ploop1       image format (ploop1, also called expanded)\n",
+};

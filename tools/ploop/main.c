@@ -1,0 +1,81 @@
+/* The ploop command: dispatches `ploop VERB ARGS...` to one verb's file and
+ * prints the global help, the version and the exit-code table. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+extern const struct cli_verb verb_init, verb_info, verb_check, verb_import, verb_export,
+    verb_snapshot, verb_snapshot_list, verb_snapshot_delete, verb_snapshot_merge,
+    verb_snapshot_switch, verb_resize, verb_convert, verb_restore_descriptor;
+
+static const struct cli_verb *const verbs[] = {
+    &verb_init,          &verb_info,           &verb_check,           &verb_import,
+    &verb_export,        &verb_snapshot,       &verb_snapshot_list,   &verb_snapshot_delete,
+    &verb_snapshot_merge, &verb_snapshot_switch, &verb_resize,        &verb_convert,
+    &verb_restore_descriptor,
+};
+
+static const char exit_codes[] =
+    "Exit codes:\n"
+    "  0  success (check: image clean or repaired)\n"
+    "  1  other failure\n"
+    "  2  bad command line or argument value\n"
+    "  3  image or descriptor is corrupt (check: problems remain)\n"
+    "  4  I/O error reported by the operating system\n"
+    "  5  image busy: locked by another process or marked in use\n"
+    "  6  no such file, image or snapshot\n";
+
+const struct cli_verb *cli_find_verb(const char *name)
+{
+  if (!name)
+    return NULL;
+  for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+    if (strcmp(verbs[i]->name, name) == 0)
+      return verbs[i];
+  return NULL;
+}
+
+static void print_help(FILE *f)
+{
+  fprintf(f, "usage: ploop VERB [OPTIONS] ARGS...\n"
+             "       ploop help [VERB] | ploop VERB --help | ploop --version\n\n"
+             "Manages ploop (Parallels v2) disk images without kernel modules.\n"
+             "A DISK argument is the image's directory or its DiskDescriptor.xml;\n"
+             "a DELTA argument is one image file (e.g. DIR/root.hds).\n\nVerbs:\n");
+  for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+    fprintf(f, "  %-19s %s\n", verbs[i]->name, verbs[i]->summary);
+  fprintf(f, "\n%s", exit_codes);
+}
+
+int main(int argc, char **argv)
+{
+  if (argc < 2)
+    return cli_usage_error("missing verb");
+  const char *verb = argv[1];
+  if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
+    print_help(stdout);
+    return EXIT_OK;
+  }
+  if (strcmp(verb, "--version") == 0 || strcmp(verb, "-V") == 0) {
+    printf("ploop %s\n", PLOOP_VERSION_STRING);
+    return EXIT_OK;
+  }
+  if (strcmp(verb, "help") == 0) {
+    if (argc == 2) {
+      print_help(stdout);
+      return EXIT_OK;
+    }
+    const struct cli_verb *v = cli_find_verb(argv[2]);
+    if (!v)
+      return cli_usage_error("unknown verb '%s'", argv[2]);
+    cli_print_verb_help(v, stdout);
+    return EXIT_OK;
+  }
+  const struct cli_verb *v = cli_find_verb(verb);
+  if (!v)
+    return cli_usage_error("unknown verb '%s'", verb);
+  cli_verb_name = v->name;
+  optind = 0; /* full getopt re-initialisation (GNU) */
+  return v->run(argc - 1, argv + 1);
+}

@@ -1,0 +1,309 @@
+/* Snapshot verbs: snapshot, snapshot-list, snapshot-delete, snapshot-merge,
+ * snapshot-switch.  Each is a thin layer over the library's snapshot calls. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* Parses the common "[-u UUID] DISK" shape; REQUIRE_UUID makes -u mandatory. */
+static int parse_uuid_disk(int argc, char **argv, bool require_uuid, char *uuid, bool *have_uuid,
+                           const char **disk)
+{
+  static const struct option longopts[] = {{"uuid", required_argument, NULL, 'u'}, {0}};
+  *have_uuid = false;
+  int c;
+  while ((c = cli_getopt(argc, argv, "u:", longopts)) != -1) {
+    switch (c) {
+    case 'u':
+      if (!cli_parse_uuid("-u", optarg, uuid))
+        return EXIT_USAGE;
+      *have_uuid = true;
+      break;
+    case 'h':
+      return -1;
+    default:
+      return EXIT_USAGE;
+    }
+  }
+  if (require_uuid && !*have_uuid)
+    return cli_usage_error("-u UUID is required");
+  if (!cli_positional(argc, argv, 1, "DISK"))
+    return EXIT_USAGE;
+  *disk = argv[optind];
+  return 0;
+}
+
+static int run_snapshot(int argc, char **argv)
+{
+  char uuid[PLOOP_UUID_LEN + 1], out[PLOOP_UUID_LEN + 1];
+  bool have;
+  const char *disk;
+  int rc = parse_uuid_disk(argc, argv, false, uuid, &have, &disk);
+  if (rc)
+    return rc < 0 ? EXIT_OK : rc;
+  if (ploop_snapshot_create(disk, have ? uuid : NULL, out) < 0)
+    return cli_lib_error("%s", disk);
+  printf("%s\n", out);
+  return EXIT_OK;
+}
+
+static int run_snapshot_delete(int argc, char **argv)
+{
+  char uuid[PLOOP_UUID_LEN + 1];
+  bool have;
+  const char *disk;
+  int rc = parse_uuid_disk(argc, argv, true, uuid, &have, &disk);
+  if (rc)
+    return rc < 0 ? EXIT_OK : rc;
+  if (ploop_snapshot_delete(disk, uuid) < 0)
+    return cli_lib_error("%s", disk);
+  return EXIT_OK;
+}
+
+static int run_snapshot_switch(int argc, char **argv)
+{
+  char uuid[PLOOP_UUID_LEN + 1];
+  bool have;
+  const char *disk;
+  int rc = parse_uuid_disk(argc, argv, true, uuid, &have, &disk);
+  if (rc)
+    return rc < 0 ? EXIT_OK : rc;
+  if (ploop_snapshot_switch(disk, uuid) < 0)
+    return cli_lib_error("%s", disk);
+  return EXIT_OK;
+}
+
+static int run_snapshot_merge(int argc, char **argv)
+{
+  static const struct option longopts[] = {
+      {"uuid", required_argument, NULL, 'u'},
+      {"all", no_argument, NULL, 'A'},
+      {0},
+  };
+  char uuid[PLOOP_UUID_LEN + 1];
+  bool have = false, all = false;
+  int c;
+  while ((c = cli_getopt(argc, argv, "u:A", longopts)) != -1) {
+    switch (c) {
+    case 'u':
+      if (!cli_parse_uuid("-u", optarg, uuid))
+        return EXIT_USAGE;
+      have = true;
+      break;
+    case 'A':
+      all = true;
+      break;
+    case 'h':
+      return EXIT_OK;
+    default:
+      return EXIT_USAGE;
+    }
+  }
+  if (have && all)
+    return cli_usage_error("-u and -A exclude each other");
+  if (!cli_positional(argc, argv, 1, "DISK"))
+    return EXIT_USAGE;
+  const char *disk = argv[optind];
+  struct cli_progress prog;
+  cli_progress_init(&prog, "merge");
+  int rc = ploop_snapshot_merge(disk, have ? uuid : NULL, all, cli_progress_cb, &prog);
+  cli_progress_end(&prog);
+  if (rc < 0)
+    return cli_lib_error("%s", disk);
+  return EXIT_OK;
+}
+
+/* ---- snapshot-list ---- */
+
+enum list_field { F_UUID, F_PARENT, F_CURRENT, F_FNAME, F_TEMPORARY, F_COUNT };
+static const struct {
+  const char *name, *header;
+  int width;
+} list_fields[F_COUNT] = {
+    [F_UUID] = {"uuid", "UUID", PLOOP_UUID_LEN},
+    [F_PARENT] = {"parent_uuid", "PARENT_UUID", PLOOP_UUID_LEN},
+    [F_CURRENT] = {"current", "C", 1},
+    [F_FNAME] = {"fname", "FNAME", 0},
+    [F_TEMPORARY] = {"temporary", "T", 1},
+};
+
+static int parse_fields(const char *spec, int *fields, int *n)
+{
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  *n = 0;
+  for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int f = 0;
+    while (f < F_COUNT && strcmp(list_fields[f].name, tok) != 0)
+      f++;
+    if (f == F_COUNT)
+      return cli_usage_error("-o: unknown field '%s' (uuid, parent_uuid, current, fname, temporary)",
+                             tok);
+    if (*n == F_COUNT * 2)
+      return cli_usage_error("-o: too many fields");
+    fields[(*n)++] = f;
+  }
+  if (*n == 0)
+    return cli_usage_error("-o: no fields given");
+  return 0;
+}
+
+static const char *snapshot_file(const struct ploop_descriptor *d, const char *guid, char **owned)
+{
+  const struct ploop_image_desc *img = ploop_descriptor_find_image(d, guid);
+  *owned = img ? ploop_descriptor_image_path(d, img) : NULL;
+  return *owned ? *owned : "";
+}
+
+static int run_snapshot_list(int argc, char **argv)
+{
+  static const struct option longopts[] = {
+      {"output", required_argument, NULL, 'o'},
+      {"no-header", no_argument, NULL, 'H'},
+      {"uuid", required_argument, NULL, 'u'},
+      {"json", no_argument, NULL, 'j'},
+      {0},
+  };
+  int fields[F_COUNT * 2] = {F_PARENT, F_CURRENT, F_UUID, F_FNAME}, nfields = 4;
+  bool header = true, json = false, have_uuid = false;
+  char uuid[PLOOP_UUID_LEN + 1];
+  int c, rc;
+  while ((c = cli_getopt(argc, argv, "o:Hu:", longopts)) != -1) {
+    switch (c) {
+    case 'o':
+      if ((rc = parse_fields(optarg, fields, &nfields)))
+        return rc;
+      break;
+    case 'H':
+      header = false;
+      break;
+    case 'u':
+      if (!cli_parse_uuid("-u", optarg, uuid))
+        return EXIT_USAGE;
+      have_uuid = true;
+      break;
+    case 'j':
+      json = true;
+      break;
+    case 'h':
+      return EXIT_OK;
+    default:
+      return EXIT_USAGE;
+    }
+  }
+  if (!cli_positional(argc, argv, 1, "DISK"))
+    return EXIT_USAGE;
+  const char *disk = argv[optind];
+  struct ploop_descriptor *d = ploop_descriptor_load(disk);
+  if (!d)
+    return cli_lib_error(NULL);
+  if (have_uuid && !ploop_descriptor_find_image(d, uuid)) {
+    ploop_descriptor_free(d);
+    return cli_error(EXIT_NOTFOUND, "%s: no snapshot %s", disk, uuid);
+  }
+
+  if (json)
+    printf("[");
+  else if (header) {
+    for (int i = 0; i < nfields; i++) {
+      int w = i == nfields - 1 ? 0 : list_fields[fields[i]].width;
+      printf("%s%-*s", i ? " " : "", w, list_fields[fields[i]].header);
+    }
+    printf("\n");
+  }
+  bool first = true;
+  for (size_t s = 0; s < d->n_snapshots; s++) {
+    const struct ploop_snapshot_desc *sn = &d->snapshots[s];
+    if (have_uuid && strcmp(sn->guid, uuid) != 0)
+      continue;
+    bool current = strcmp(sn->guid, d->top_guid) == 0;
+    char *owned;
+    const char *fname = snapshot_file(d, sn->guid, &owned);
+    if (json) {
+      printf("%s\n  {\"uuid\": \"%s\", \"parent_uuid\": \"%s\", \"current\": %s, "
+             "\"temporary\": %s, \"fname\": ",
+             first ? "" : ",", sn->guid, sn->parent, current ? "true" : "false",
+             sn->temporary ? "true" : "false");
+      cli_json_string(stdout, fname);
+      printf("}");
+    } else {
+      for (int i = 0; i < nfields; i++) {
+        int w = i == nfields - 1 ? 0 : list_fields[fields[i]].width;
+        const char *val = "";
+        switch (fields[i]) {
+        case F_UUID:
+          val = sn->guid;
+          break;
+        case F_PARENT:
+          val = sn->parent;
+          break;
+        case F_CURRENT:
+          val = current ? "*" : " ";
+          break;
+        case F_FNAME:
+          val = fname;
+          break;
+        case F_TEMPORARY:
+          val = sn->temporary ? "T" : " ";
+          break;
+        }
+        printf("%s%-*s", i ? " " : "", w, val);
+      }
+      printf("\n");
+    }
+    first = false;
+    free(owned);
+  }
+  if (json)
+    printf("%s]\n", first ? "" : "\n");
+  ploop_descriptor_free(d);
+  return EXIT_OK;
+}
+
+const struct cli_verb verb_snapshot = {
+    .name = "snapshot",
+    .run = run_snapshot,
+    .synopsis = "snapshot [-u UUID] DISK",
+    .summary = "take a snapshot (the top becomes read-only); prints the snapshot's UUID",
+    .details = "  -u, --uuid UUID   the new snapshot's UUID (default: a random one)\n",
+};
+
+const struct cli_verb verb_snapshot_list = {
+    .name = "snapshot-list",
+    .run = run_snapshot_list,
+    .synopsis = "snapshot-list [-o FIELD,...] [-H] [-u UUID] [--json] DISK",
+    .summary = "list the disk's images and snapshots",
+    .details = "  -o, --output FIELDS   columns: uuid, parent_uuid, current, fname, temporary\n"
+               "                        (default parent_uuid,current,uuid,fname)\n"
+               "  -H, --no-header       no header line\n"
+               "  -u, --uuid UUID       only that snapshot\n"
+               "  --json                a JSON array of {uuid, parent_uuid, current,\n"
+               "                        temporary, fname}\n"
+               "The current (writable top) image is marked '*'.\n",
+};
+
+const struct cli_verb verb_snapshot_delete = {
+    .name = "snapshot-delete",
+    .run = run_snapshot_delete,
+    .synopsis = "snapshot-delete -u UUID DISK",
+    .summary = "delete a snapshot (its data is merged into its only child if needed)",
+    .details = "  -u, --uuid UUID   the snapshot to delete (not the current top)\n",
+};
+
+const struct cli_verb verb_snapshot_merge = {
+    .name = "snapshot-merge",
+    .run = run_snapshot_merge,
+    .synopsis = "snapshot-merge [-u UUID | -A] DISK",
+    .summary = "merge a snapshot into its parent, or every delta into the base",
+    .details = "  -u, --uuid UUID   the snapshot to merge into its parent\n"
+               "                    (default: the top's parent)\n"
+               "  -A, --all         merge every delta down into the base image\n",
+};
+
+const struct cli_verb verb_snapshot_switch = {
+    .name = "snapshot-switch",
+    .run = run_snapshot_switch,
+    .synopsis = "snapshot-switch -u UUID DISK",
+    .summary = "revert the disk to a snapshot (the current top's changes are dropped)",
+    .details = "  -u, --uuid UUID   the snapshot to switch to\n",
+};
