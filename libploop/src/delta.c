@@ -1,0 +1,521 @@
+/* One delta file: create, open with validation at the door, allocation,
+ * the BAT write-back that keeps rule 1 (data durable before its BAT entry),
+ * the in-use mark, close. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors)
+{
+  /* Legacy CHS: 16 heads, 32 sectors per track, as ploop's images carry. */
+  h->heads = 16;
+  uint64_t cyl = size_sectors / (16 * 32);
+  h->cylinders = cyl > UINT32_MAX ? UINT32_MAX : (uint32_t)cyl;
+}
+
+static int validate_create_params(const char *path, const struct ploop_delta_create_params *p,
+                                  uint32_t *cs_out, uint64_t *sectors_out, int *version_out)
+{
+  uint32_t cs = p->cluster_sectors ? p->cluster_sectors : PLOOP_DEFAULT_CLUSTER_SECTORS;
+  int version = p->version ? p->version : 2;
+  if (version != 1 && version != 2)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format version must be 1 or 2, not %d", path, version);
+  if (!is_pow2(cs) || cs < PLOOP_MIN_CLUSTER_SECTORS || cs > PLOOP_MAX_CLUSTER_SECTORS)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL,
+                       "%s: cluster size %u sectors is not a power of two between %u and %u",
+                       path, cs, PLOOP_MIN_CLUSTER_SECTORS, PLOOP_MAX_CLUSTER_SECTORS);
+  if (p->size_bytes == 0)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size must be greater than zero", path);
+  if (p->size_bytes > PLOOP_MAX_VIRTUAL_BYTES)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size %llu bytes exceeds the 50 TiB limit",
+                       path, (unsigned long long)p->size_bytes);
+  uint64_t sectors = round_up(div_round_up(p->size_bytes, 512), cs);
+  if (version == 1 && sectors > UINT32_MAX)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format v1 is limited to 2 TiB", path);
+  *cs_out = cs;
+  *sectors_out = sectors;
+  *version_out = version;
+  return 0;
+}
+
+int delta_create_file(const char *path, const struct ploop_delta_create_params *p, int fd_flags)
+{
+  uint32_t cs = 0;
+  uint64_t sectors = 0;
+  int version = 0;
+  if (validate_create_params(path, p, &cs, &sectors, &version) < 0)
+    return -1;
+  struct ploop_header_host h = {0};
+  h.version = version;
+  h.type = PLOOP_IMAGE_TYPE;
+  h.cluster_sectors = cs;
+  h.bat_entries = (uint32_t)(sectors / cs);
+  h.size_sectors = sectors;
+  h.flags = PLOOP_CIF_EMPTY;
+  delta_fill_geometry(&h, sectors);
+  uint64_t cluster = (uint64_t)cs * 512;
+  uint64_t bat_area = round_up(PLOOP_HEADER_SIZE + 4ull * h.bat_entries, cluster);
+  h.first_block = (uint32_t)(bat_area / 512);
+
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | fd_flags, 0600);
+  if (fd < 0)
+    return ploop_error(errno == EEXIST ? PLOOP_ERR_PARAM : PLOOP_ERR_IO, errno, "%s: create: %s",
+                       path, strerror(errno));
+  uint8_t *buf = ploop_aligned_alloc(bat_area);
+  if (!buf)
+    goto fail;
+  ploop_header_encode(&h, buf);
+  if (ploop_pwrite_full(fd, buf, bat_area, 0, path) < 0)
+    goto fail;
+  if (fdatasync(fd) < 0) {
+    ploop_error_os(path, "fdatasync");
+    goto fail;
+  }
+  free(buf);
+  close(fd);
+  return 0;
+fail:
+  free(buf);
+  close(fd);
+  unlink(path);
+  return -1;
+}
+
+int ploop_delta_create(const char *path, const struct ploop_delta_create_params *p)
+{
+  if (delta_create_file(path, p, 0) < 0)
+    return -1;
+  char *dir = ploop_strdup(path);
+  if (!dir)
+    return -1;
+  char *slash = strrchr(dir, '/');
+  int rc = ploop_fsync_dir(slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".");
+  free(dir);
+  return rc;
+}
+
+static int corrupt(const char *path, const char *fmt, unsigned long long a, unsigned long long b)
+{
+  char what[256];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  snprintf(what, sizeof what, fmt, a, b); /* fmt: always a literal of this file */
+#pragma GCC diagnostic pop
+  return ploop_error(PLOOP_ERR_CORRUPT, EUCLEAN, "%s: %s", path, what);
+}
+
+/* Header checks shared by open and check. Returns 0 or sets error. */
+static int validate_header(const char *path, const struct ploop_header_host *h, uint64_t file_size)
+{
+  if (h->version == 0)
+    return corrupt(path, "not a ploop image: bad signature", 0, 0);
+  if (h->type != PLOOP_IMAGE_TYPE)
+    return corrupt(path, "unsupported image type %llu (expected 2)", h->type, 0);
+  uint32_t cs = h->cluster_sectors;
+  if (!is_pow2(cs) || cs < 8 || cs > PLOOP_MAX_CLUSTER_SECTORS)
+    return corrupt(path, "invalid cluster size %llu sectors", cs, 0);
+  if (h->bat_entries == 0)
+    return corrupt(path, "BAT has no entries", 0, 0);
+  if (h->size_sectors > (uint64_t)h->bat_entries * cs)
+    return corrupt(path, "virtual size %llu sectors exceeds what the BAT maps (%llu sectors)",
+                   h->size_sectors, (unsigned long long)h->bat_entries * cs);
+  if (h->size_sectors * 512 > PLOOP_MAX_VIRTUAL_BYTES * 4)
+    return corrupt(path, "absurd virtual size %llu sectors", h->size_sectors, 0);
+  uint64_t bat_end = PLOOP_HEADER_SIZE + 4ull * h->bat_entries;
+  if ((uint64_t)h->first_block * 512 < bat_end)
+    return corrupt(path, "first data block at sector %llu overlaps the BAT (ends at byte %llu)",
+                   h->first_block, bat_end);
+  if (file_size < (uint64_t)h->first_block * 512 && file_size < round_up(bat_end, 512))
+    return corrupt(path, "file truncated: %llu bytes, the BAT needs %llu", file_size, bat_end);
+  if (h->flags & PLOOP_CIF_FMT_CONVERT)
+    return ploop_error(PLOOP_ERR_BUSY, EBUSY,
+                       "%s: a format conversion was interrupted; run ploop check -r", path);
+  return 0;
+}
+
+static void delta_free(struct ploop_delta *d)
+{
+  if (!d)
+    return;
+  if (d->fd >= 0)
+    close(d->fd);
+  pthread_mutex_destroy(&d->lock);
+  pthread_mutex_destroy(&d->flush_lock);
+  pthread_cond_destroy(&d->cond);
+  free(d->bat_raw);
+  free(d->page_dirty);
+  free(d->path);
+  free(d);
+}
+
+static struct ploop_delta *delta_alloc(const char *path)
+{
+  struct ploop_delta *d = calloc(1, sizeof *d);
+  if (!d) {
+    ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    return NULL;
+  }
+  d->fd = -1;
+  pthread_mutex_init(&d->lock, NULL);
+  pthread_mutex_init(&d->flush_lock, NULL);
+  pthread_cond_init(&d->cond, NULL);
+  d->path = ploop_strdup(path);
+  if (!d->path) {
+    delta_free(d);
+    return NULL;
+  }
+  return d;
+}
+
+/* Walks the BAT: every entry must be aligned, past the BAT, inside the
+ * file, and used once. Sets alloc_head past the last cluster in use. */
+static int validate_bat(struct ploop_delta *d, uint64_t file_size)
+{
+  uint64_t cb = d->cluster_bytes;
+  uint64_t file_clusters = div_round_up(file_size, cb);
+  uint64_t first = div_round_up((uint64_t)d->h.first_block * 512, cb);
+  uint64_t nbits = file_clusters + 1;
+  uint64_t *seen = calloc(div_round_up(nbits, 64), 8);
+  if (!seen)
+    return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+  uint64_t max_used = 0;
+  int rc = 0;
+  const uint32_t *bat = delta_bat(d);
+  for (uint64_t i = 0; i < d->h.bat_entries; i++) {
+    uint32_t e = le32toh(bat[i]);
+    if (e == 0)
+      continue;
+    uint64_t c;
+    if (d->h.version == 1) {
+      if (e % d->h.cluster_sectors) {
+        rc = corrupt(d->path, "BAT entry %llu (sector %llu) is not cluster-aligned", i, e);
+        break;
+      }
+      c = e / d->h.cluster_sectors;
+    } else {
+      c = e;
+    }
+    if (e == PLOOP_ZERO_INDEX || c < first) {
+      rc = corrupt(d->path, "BAT entry %llu points into the header/BAT area (cluster %llu)", i, c);
+      break;
+    }
+    if ((c + 1) * cb > round_up(file_size, cb)) {
+      rc = corrupt(d->path, "BAT entry %llu points past the end of the file (cluster %llu)", i, c);
+      break;
+    }
+    if (i * d->h.cluster_sectors >= d->h.size_sectors) {
+      rc = corrupt(d->path, "BAT entry %llu maps a cluster past the virtual size (cluster %llu)", i, c);
+      break;
+    }
+    if (seen[c / 64] & (1ull << (c % 64))) {
+      rc = corrupt(d->path, "data cluster %llu is referenced twice (BAT entry %llu)", c, i);
+      break;
+    }
+    seen[c / 64] |= 1ull << (c % 64);
+    if (c + 1 > max_used)
+      max_used = c + 1;
+  }
+  free(seen);
+  uint64_t head = file_size / cb; /* a partial tail is a failed extension: reuse it */
+  if (head < first)
+    head = first;
+  if (head < max_used)
+    head = max_used;
+  d->alloc_head = head;
+  return rc;
+}
+
+struct ploop_delta *delta_open(const char *path, unsigned flags)
+{
+  struct ploop_delta *d = delta_alloc(path);
+  if (!d)
+    return NULL;
+  d->rdwr = flags & PLOOP_OPEN_RDWR;
+  d->fd = open(path, (d->rdwr ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC);
+  if (d->fd < 0) {
+    ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s", path,
+                strerror(errno));
+    goto fail;
+  }
+  struct stat st;
+  if (fstat(d->fd, &st) < 0) {
+    ploop_error_os(path, "stat");
+    goto fail;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: not a regular file", path);
+    goto fail;
+  }
+  uint64_t file_size = (uint64_t)st.st_size;
+  if (file_size < PLOOP_HEADER_SIZE) {
+    corrupt(path, "file truncated: %llu bytes, shorter than the 64-byte header", file_size, 0);
+    goto fail;
+  }
+  uint8_t *first = ploop_aligned_alloc(PLOOP_ALIGN);
+  if (!first)
+    goto fail;
+  if (ploop_pread_full(d->fd, first, PLOOP_ALIGN, 0, path) < 0) {
+    free(first);
+    goto fail;
+  }
+  ploop_header_decode(first, &d->h);
+  free(first);
+  if (validate_header(path, &d->h, file_size) < 0)
+    goto fail;
+  d->cluster_bytes = (uint64_t)d->h.cluster_sectors * 512;
+  d->bat_bytes = round_up((uint64_t)d->h.first_block * 512, PLOOP_BAT_PAGE);
+  d->bat_raw = ploop_aligned_alloc(d->bat_bytes);
+  if (!d->bat_raw)
+    goto fail;
+  if (ploop_pread_full(d->fd, d->bat_raw, d->bat_bytes, 0, path) < 0)
+    goto fail;
+  if (validate_bat(d, file_size) < 0)
+    goto fail;
+  if (d->h.in_use == PLOOP_IN_USE && !(flags & PLOOP_OPEN_ALLOW_DIRTY)) {
+    ploop_error(PLOOP_ERR_BUSY, EBUSY,
+                "%s: image is marked in use (open elsewhere, or not closed cleanly); run 'ploop check -r'",
+                path);
+    goto fail;
+  }
+  d->n_pages = d->bat_bytes / PLOOP_BAT_PAGE;
+  d->page_dirty = calloc(d->n_pages, 1);
+  if (!d->page_dirty) {
+    ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    goto fail;
+  }
+  if (d->rdwr && delta_set_in_use(d, true) < 0)
+    goto fail;
+  return d;
+fail:
+  delta_free(d);
+  return NULL;
+}
+
+struct ploop_delta *delta_open_raw(const char *path, uint32_t cluster_sectors, bool rdwr)
+{
+  struct ploop_delta *d = delta_alloc(path);
+  if (!d)
+    return NULL;
+  d->raw = true;
+  d->rdwr = rdwr;
+  d->h.cluster_sectors = cluster_sectors;
+  d->cluster_bytes = (uint64_t)cluster_sectors * 512;
+  d->fd = open(path, (rdwr ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC);
+  struct stat st;
+  if (d->fd < 0 || fstat(d->fd, &st) < 0) {
+    ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s", path,
+                strerror(errno));
+    delta_free(d);
+    return NULL;
+  }
+  d->raw_bytes = round_up((uint64_t)st.st_size, d->cluster_bytes);
+  d->h.size_sectors = d->raw_bytes / 512;
+  return d;
+}
+
+int delta_write_header(struct ploop_delta *d)
+{
+  ploop_header_encode(&d->h, d->bat_raw);
+  /* Page 0 also holds BAT slots: take the flush lock so a half-flushed page
+   * never goes out with entries whose data is not yet durable. */
+  pthread_mutex_lock(&d->flush_lock);
+  int rc = 0;
+  if (fdatasync(d->fd) < 0)
+    rc = ploop_error_os(d->path, "fdatasync");
+  if (rc == 0)
+    rc = ploop_pwrite_full(d->fd, d->bat_raw, PLOOP_BAT_PAGE, 0, d->path);
+  if (rc == 0 && fdatasync(d->fd) < 0)
+    rc = ploop_error_os(d->path, "fdatasync");
+  pthread_mutex_unlock(&d->flush_lock);
+  return rc;
+}
+
+int delta_set_in_use(struct ploop_delta *d, bool in_use)
+{
+  if (d->raw)
+    return 0;
+  d->h.in_use = in_use ? PLOOP_IN_USE : PLOOP_CLEAN_V20;
+  if (in_use)
+    d->h.flags &= ~PLOOP_CIF_EMPTY;
+  /* The format extension (CBT) is dropped, as ploop does on mount. */
+  d->h.ext_offset = 0;
+  return delta_write_header(d);
+}
+
+int delta_alloc_begin(struct ploop_delta *d, uint64_t vc, uint64_t *off)
+{
+  pthread_mutex_lock(&d->lock);
+  for (;;) {
+    uint64_t cur = delta_lookup(d, vc);
+    if (cur) {
+      pthread_mutex_unlock(&d->lock);
+      *off = cur;
+      return 1;
+    }
+    bool busy = false;
+    for (unsigned i = 0; i < d->n_inflight; i++)
+      if (d->inflight[i] == vc)
+        busy = true;
+    if (!busy && d->n_inflight < PLOOP_MAX_INFLIGHT_ALLOC)
+      break;
+    pthread_cond_wait(&d->cond, &d->lock);
+  }
+  uint64_t limit = d->h.version == 1 ? UINT32_MAX / d->h.cluster_sectors : UINT32_MAX - 1;
+  if (d->alloc_head >= limit) {
+    pthread_mutex_unlock(&d->lock);
+    return ploop_error(PLOOP_ERR_IO, EFBIG, "%s: image file reached the format's size limit", d->path);
+  }
+  d->inflight[d->n_inflight++] = (uint32_t)vc;
+  *off = d->alloc_head++ * d->cluster_bytes;
+  pthread_mutex_unlock(&d->lock);
+  return 0;
+}
+
+static void set_entry_locked(struct ploop_delta *d, uint64_t vc, uint64_t off)
+{
+  uint32_t e = 0;
+  if (off)
+    e = (uint32_t)(d->h.version == 1 ? off / 512 : off / d->cluster_bytes);
+  __atomic_store_n(&delta_bat(d)[vc], htole32(e), __ATOMIC_RELEASE);
+  size_t page = (PLOOP_HEADER_SIZE + 4 * vc) / PLOOP_BAT_PAGE;
+  d->page_dirty[page] = 1;
+  d->any_dirty = true;
+}
+
+void delta_alloc_finish(struct ploop_delta *d, uint64_t vc, uint64_t off)
+{
+  pthread_mutex_lock(&d->lock);
+  if (off)
+    set_entry_locked(d, vc, off);
+  for (unsigned i = 0; i < d->n_inflight; i++)
+    if (d->inflight[i] == vc) {
+      d->inflight[i] = d->inflight[--d->n_inflight];
+      break;
+    }
+  pthread_cond_broadcast(&d->cond);
+  pthread_mutex_unlock(&d->lock);
+}
+
+void delta_set_entry(struct ploop_delta *d, uint64_t vc, uint64_t off)
+{
+  pthread_mutex_lock(&d->lock);
+  set_entry_locked(d, vc, off);
+  pthread_mutex_unlock(&d->lock);
+}
+
+int delta_flush(struct ploop_delta *d)
+{
+  if (!d->rdwr)
+    return 0;
+  pthread_mutex_lock(&d->flush_lock);
+  /* Take a copy of the dirty pages first: every entry in it points to data
+   * whose write has completed, so the fdatasync below makes it durable
+   * before the page is written (rule 1). */
+  size_t n = 0;
+  uint32_t *pages = NULL;
+  uint8_t *copy = NULL;
+  pthread_mutex_lock(&d->lock);
+  if (d->any_dirty) {
+    for (size_t i = 0; i < d->n_pages; i++)
+      n += d->page_dirty[i];
+    pages = malloc(n * sizeof *pages);
+    copy = pages ? ploop_aligned_alloc(n * PLOOP_BAT_PAGE) : NULL;
+    if (copy) {
+      size_t k = 0;
+      for (size_t i = 0; i < d->n_pages; i++)
+        if (d->page_dirty[i]) {
+          pages[k] = (uint32_t)i;
+          memcpy(copy + k * PLOOP_BAT_PAGE, d->bat_raw + i * PLOOP_BAT_PAGE, PLOOP_BAT_PAGE);
+          d->page_dirty[i] = 0;
+          k++;
+        }
+      d->any_dirty = false;
+    }
+  }
+  pthread_mutex_unlock(&d->lock);
+  int rc = 0;
+  if (d->any_dirty && !copy) /* allocation failed above; nothing was cleared */
+    rc = ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+  if (rc == 0 && fdatasync(d->fd) < 0)
+    rc = ploop_error_os(d->path, "fdatasync");
+  for (size_t k = 0; rc == 0 && k < n && copy; k++) {
+    /* The header lives in page 0: the copy may hold a stale header only
+     * if someone changed it without delta_write_header, which no one does. */
+    rc = ploop_pwrite_full(d->fd, copy + k * PLOOP_BAT_PAGE, PLOOP_BAT_PAGE,
+                           (uint64_t)pages[k] * PLOOP_BAT_PAGE, d->path);
+  }
+  if (rc == 0 && n && fdatasync(d->fd) < 0)
+    rc = ploop_error_os(d->path, "fdatasync");
+  if (rc < 0 && copy) {
+    /* Put the pages back so a later flush retries them. */
+    pthread_mutex_lock(&d->lock);
+    for (size_t k = 0; k < n; k++)
+      d->page_dirty[pages[k]] = 1;
+    d->any_dirty = true;
+    pthread_mutex_unlock(&d->lock);
+  }
+  free(pages);
+  free(copy);
+  pthread_mutex_unlock(&d->flush_lock);
+  return rc;
+}
+
+int delta_close(struct ploop_delta *d, bool clean)
+{
+  if (!d)
+    return 0;
+  int rc = 0;
+  if (d->rdwr && !d->raw) {
+    rc = delta_flush(d);
+    if (rc == 0 && clean)
+      rc = delta_set_in_use(d, false);
+  } else if (d->rdwr && fdatasync(d->fd) < 0) {
+    rc = ploop_error_os(d->path, "fdatasync");
+  }
+  delta_free(d);
+  return rc;
+}
+
+uint64_t delta_count_allocated(const struct ploop_delta *d)
+{
+  if (d->raw)
+    return delta_clusters(d);
+  uint64_t n = 0;
+  const uint32_t *bat = delta_bat(d);
+  for (uint64_t i = 0; i < d->h.bat_entries; i++)
+    n += bat[i] != 0;
+  return n;
+}
+
+struct ploop_delta *ploop_delta_open(const char *path, unsigned flags)
+{
+  return delta_open(path, flags);
+}
+
+int ploop_delta_close(struct ploop_delta *d) { return delta_close(d, true); }
+
+const char *ploop_delta_path(const struct ploop_delta *d) { return d->path; }
+
+int ploop_delta_get_info(struct ploop_delta *d, struct ploop_delta_info *out)
+{
+  struct stat st;
+  if (fstat(d->fd, &st) < 0)
+    return ploop_error_os(d->path, "stat");
+  memset(out, 0, sizeof *out);
+  out->version = d->raw ? 0 : d->h.version;
+  out->cluster_sectors = d->h.cluster_sectors;
+  out->cluster_bytes = d->cluster_bytes;
+  out->virtual_bytes = d->h.size_sectors * 512;
+  out->bat_entries = d->h.bat_entries;
+  out->first_block_sectors = d->h.first_block;
+  out->allocated_clusters = delta_count_allocated(d);
+  out->file_bytes = (uint64_t)st.st_size;
+  out->disk_bytes = (uint64_t)st.st_blocks * 512;
+  out->in_use = d->h.in_use == PLOOP_IN_USE;
+  out->flags = d->h.flags;
+  return 0;
+}

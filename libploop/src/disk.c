@@ -1,0 +1,567 @@
+/* The disk: a stack of deltas read top-down and written at the top, with
+ * copy-up of partial clusters. This is the hot path: no allocation on it
+ * except when a cluster is first allocated. */
+#include <fcntl.h>
+#include <libgen.h>
+#include <linux/falloc.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+unsigned disk_find(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t *off)
+{
+  for (unsigned i = from; i < disk->n; i++) {
+    uint64_t o = delta_lookup(disk->deltas[i], vc);
+    if (o) {
+      if (off)
+        *off = DELTA_OFF(o);
+      return i + 1;
+    }
+  }
+  return 0;
+}
+
+int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t coff,
+                            void *buf, size_t len)
+{
+  uint64_t off;
+  unsigned depth = disk_find(disk, from, vc, &off);
+  if (!depth) {
+    memset(buf, 0, len);
+    return 0;
+  }
+  struct ploop_delta *d = disk->deltas[depth - 1];
+  return ploop_pread_full(d->fd, buf, len, off + coff, d->path);
+}
+
+void disk_close_deltas(struct ploop_disk *disk, bool clean)
+{
+  for (unsigned i = 0; i < disk->n; i++) {
+    if (delta_close(disk->deltas[i], clean) < 0 && clean)
+      clean = false; /* keep the first error; still release the rest */
+    disk->deltas[i] = NULL;
+  }
+  disk->n = 0;
+}
+
+int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags)
+{
+  struct ploop_descriptor *desc = disk->desc;
+  size_t idx[PLOOP_MAX_DELTAS];
+  int n = ploop_descriptor_chain(desc, guid, idx, PLOOP_MAX_DELTAS);
+  if (n < 0)
+    return -1;
+  if (guid) {
+    struct ploop_snapshot_desc *s = descriptor_find_shot(desc, guid);
+    if (s && s->temporary)
+      return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: snapshot %s is being merged", disk->dir, guid);
+  }
+  /* idx is base first; deltas[] is top first. */
+  for (int k = n - 1, i = 0; k >= 0; k--, i++) {
+    const struct ploop_image_desc *im = &desc->images[idx[k]];
+    char *path = ploop_descriptor_image_path(desc, im);
+    if (!path)
+      goto fail;
+    bool top = i == 0;
+    unsigned f = (top ? flags : (flags & PLOOP_OPEN_ALLOW_DIRTY));
+    struct ploop_delta *d = im->plain ? delta_open_raw(path, desc->cluster_sectors, top && (flags & PLOOP_OPEN_RDWR))
+                                      : delta_open(path, f);
+    free(path);
+    if (!d)
+      goto fail;
+    disk->deltas[disk->n++] = d;
+    if (d->h.cluster_sectors != desc->cluster_sectors) {
+      ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
+                  "%s: cluster size %u sectors differs from the disk's %u", d->path,
+                  d->h.cluster_sectors, desc->cluster_sectors);
+      goto fail;
+    }
+  }
+  struct ploop_delta *top = disk->deltas[0];
+  disk->cluster_bytes = (uint64_t)desc->cluster_sectors * 512;
+  disk->size_bytes = top->raw ? desc->size_sectors * 512 : top->h.size_sectors * 512;
+  if (top->raw && disk->size_bytes > top->raw_bytes)
+    disk->size_bytes = top->raw_bytes;
+  return 0;
+fail:
+  disk_close_deltas(disk, false);
+  return -1;
+}
+
+struct ploop_disk *ploop_disk_open(const char *dir_or_xml, const char *snapshot_guid, unsigned flags)
+{
+  char guid[PLOOP_UUID_LEN + 1];
+  if (snapshot_guid) {
+    if (ploop_uuid_normalize(snapshot_guid, guid) < 0)
+      return NULL;
+    if ((flags & PLOOP_OPEN_RDWR)) {
+      ploop_error(PLOOP_ERR_PARAM, EINVAL, "a snapshot opens read-only");
+      return NULL;
+    }
+  }
+  struct ploop_disk *disk = calloc(1, sizeof *disk);
+  if (!disk) {
+    ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    return NULL;
+  }
+  disk->lock_fd = -1;
+  pthread_rwlock_init(&disk->rw, NULL);
+  disk->rdwr = flags & PLOOP_OPEN_RDWR;
+  disk->open_flags = flags;
+  disk->desc = ploop_descriptor_load(dir_or_xml);
+  if (!disk->desc)
+    goto fail;
+  disk->dir = ploop_strdup(disk->desc->dir);
+  if (!disk->dir)
+    goto fail;
+  if (disk->rdwr && !(flags & PLOOP_OPEN_NO_LOCK) && (disk->lock_fd = ploop_lock_disk(disk->dir)) < 0)
+    goto fail;
+  if (snapshot_guid) {
+    if (!strcmp(guid, disk->desc->top_guid)) {
+      snapshot_guid = NULL; /* the top itself */
+    } else {
+      disk->snapshot_guid = ploop_strdup(guid);
+      if (!disk->snapshot_guid)
+        goto fail;
+    }
+  }
+  if (disk_open_chain(disk, snapshot_guid ? guid : NULL, flags) < 0)
+    goto fail;
+  return disk;
+fail:
+  ploop_disk_close(disk);
+  return NULL;
+}
+
+int ploop_disk_close(struct ploop_disk *disk)
+{
+  if (!disk)
+    return 0;
+  int rc = 0;
+  for (unsigned i = 0; i < disk->n; i++)
+    if (delta_close(disk->deltas[i], true) < 0 && rc == 0)
+      rc = -1;
+  disk->n = 0;
+  ploop_unlock_disk(disk->lock_fd);
+  ploop_descriptor_free(disk->desc);
+  pthread_rwlock_destroy(&disk->rw);
+  free(disk->dirty);
+  free(disk->snapshot_guid);
+  free(disk->dir);
+  free(disk);
+  return rc;
+}
+
+uint64_t ploop_disk_size(const struct ploop_disk *disk) { return disk->size_bytes; }
+uint64_t ploop_disk_cluster_size(const struct ploop_disk *disk) { return disk->cluster_bytes; }
+bool ploop_disk_readonly(const struct ploop_disk *disk) { return !disk->rdwr; }
+unsigned ploop_disk_depth(const struct ploop_disk *disk) { return disk->n; }
+const char *ploop_disk_dir(const struct ploop_disk *disk) { return disk->dir; }
+
+struct ploop_descriptor *ploop_disk_descriptor(struct ploop_disk *disk)
+{
+  pthread_rwlock_rdlock(&disk->rw);
+  struct ploop_descriptor *d = descriptor_dup(disk->desc);
+  pthread_rwlock_unlock(&disk->rw);
+  return d;
+}
+
+static int check_range(struct ploop_disk *disk, uint64_t off, uint64_t len)
+{
+  if (off > disk->size_bytes || len > disk->size_bytes - off)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: range %llu+%llu is past the disk end (%llu)",
+                       disk->dir, (unsigned long long)off, (unsigned long long)len,
+                       (unsigned long long)disk->size_bytes);
+  return 0;
+}
+
+static inline bool aligned(const void *buf, uint64_t off, uint64_t len)
+{
+  return (((uintptr_t)buf | off | len) & 511) == 0;
+}
+
+static void mark_dirty(struct ploop_disk *disk, uint64_t off, uint64_t len)
+{
+  if (!__atomic_load_n(&disk->dirty_on, __ATOMIC_RELAXED) || len == 0)
+    return;
+  for (uint64_t vc = off / disk->cluster_bytes; vc <= (off + len - 1) / disk->cluster_bytes; vc++)
+    __atomic_fetch_or(&disk->dirty[vc / 8], (uint8_t)(1u << (vc % 8)), __ATOMIC_RELAXED);
+}
+
+int ploop_disk_pread(struct ploop_disk *disk, void *buf, size_t len, uint64_t off)
+{
+  if (check_range(disk, off, len) < 0)
+    return -1;
+  if (!aligned(buf, off, len)) {
+    uint64_t start = off & ~511ull, end = round_up(off + len, 512);
+    uint8_t *tmp = ploop_aligned_alloc(end - start);
+    if (!tmp)
+      return -1;
+    int rc = ploop_disk_pread(disk, tmp, end - start, start);
+    if (rc == 0)
+      memcpy(buf, tmp + (off - start), len);
+    free(tmp);
+    return rc;
+  }
+  uint64_t cb = disk->cluster_bytes;
+  uint8_t *p = buf;
+  int rc = 0;
+  pthread_rwlock_rdlock(&disk->rw);
+  while (len > 0 && rc == 0) {
+    uint64_t vc = off / cb, coff = off % cb;
+    size_t n = (size_t)min_u64(len, cb - coff);
+    rc = disk_read_cluster_range(disk, 0, vc, coff, p, n);
+    p += n;
+    off += n;
+    len -= n;
+  }
+  pthread_rwlock_unlock(&disk->rw);
+  return rc;
+}
+
+/* Allocates VC in the top delta and writes N bytes at COFF from P into it
+ * (P NULL: zeros), copying up the rest of the cluster from below. */
+static int alloc_and_write(struct ploop_disk *disk, uint64_t vc, uint64_t coff, const void *p, size_t n)
+{
+  struct ploop_delta *top = disk->deltas[0];
+  uint64_t cb = disk->cluster_bytes, off;
+  int r = delta_alloc_begin(top, vc, &off);
+  if (r < 0)
+    return -1;
+  if (r == 1) /* someone else allocated it meanwhile */
+    return p ? ploop_pwrite_full(top->fd, p, n, DELTA_OFF(off) + coff, top->path)
+             : (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)(DELTA_OFF(off) + coff), (off_t)n) == 0
+                    ? 0 : ploop_error_os(top->path, "fallocate"));
+  uint64_t lower_off;
+  unsigned lower = disk_find(disk, 1, vc, &lower_off);
+  int rc = 0;
+  if (n == cb && p) {
+    rc = ploop_pwrite_full(top->fd, p, n, off, top->path);
+  } else if (lower) {
+    uint8_t *buf = ploop_aligned_alloc(cb);
+    if (!buf) {
+      rc = -1;
+    } else {
+      struct ploop_delta *ld = disk->deltas[lower - 1];
+      rc = ploop_pread_full(ld->fd, buf, cb, lower_off, ld->path);
+      if (rc == 0) {
+        if (p)
+          memcpy(buf + coff, p, n);
+        else
+          memset(buf + coff, 0, n);
+        rc = ploop_pwrite_full(top->fd, buf, cb, off, top->path);
+      }
+      free(buf);
+    }
+  } else {
+    /* Nothing below: reserve the whole cluster as zeros (metadata only on
+     * ext4/xfs, and not sparse), then write just the data. */
+    if (fallocate(top->fd, 0, (off_t)off, (off_t)cb) < 0) {
+      rc = ploop_error_os(top->path, "fallocate");
+    } else if (p) {
+      rc = ploop_pwrite_full(top->fd, p, n, off + coff, top->path);
+    }
+  }
+  delta_alloc_finish(top, vc, rc == 0 ? off : 0);
+  return rc;
+}
+
+static int write_piece(struct ploop_disk *disk, uint64_t vc, uint64_t coff, const void *p, size_t n)
+{
+  struct ploop_delta *top = disk->deltas[0];
+  uint64_t off = delta_lookup(top, vc);
+  if (off)
+    return ploop_pwrite_full(top->fd, p, n, DELTA_OFF(off) + coff, top->path);
+  return alloc_and_write(disk, vc, coff, p, n);
+}
+
+static int check_writable(struct ploop_disk *disk)
+{
+  if (!disk->rdwr)
+    return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: disk is open read-only", disk->dir);
+  return 0;
+}
+
+int ploop_disk_pwrite(struct ploop_disk *disk, const void *buf, size_t len, uint64_t off, unsigned flags)
+{
+  if (check_writable(disk) < 0 || check_range(disk, off, len) < 0)
+    return -1;
+  if (!aligned(buf, off, len)) {
+    /* Read-modify-write of the covering sectors through a bounce buffer. */
+    uint64_t start = off & ~511ull, end = round_up(off + len, 512);
+    uint8_t *tmp = ploop_aligned_alloc(end - start);
+    if (!tmp)
+      return -1;
+    int rc = 0;
+    if (start != off || end - start != len) {
+      rc = ploop_disk_pread(disk, tmp, 512, start);
+      if (rc == 0 && end - start > 512)
+        rc = ploop_disk_pread(disk, tmp + (end - start - 512), 512, end - 512);
+    }
+    if (rc == 0) {
+      memcpy(tmp + (off - start), buf, len);
+      rc = ploop_disk_pwrite(disk, tmp, end - start, start, flags);
+    }
+    free(tmp);
+    return rc;
+  }
+  uint64_t cb = disk->cluster_bytes;
+  const uint8_t *p = buf;
+  uint64_t o = off;
+  size_t l = len;
+  int rc = 0;
+  pthread_rwlock_rdlock(&disk->rw);
+  while (l > 0 && rc == 0) {
+    uint64_t vc = o / cb, coff = o % cb;
+    size_t n = (size_t)min_u64(l, cb - coff);
+    rc = write_piece(disk, vc, coff, p, n);
+    p += n;
+    o += n;
+    l -= n;
+  }
+  mark_dirty(disk, off, len);
+  pthread_rwlock_unlock(&disk->rw);
+  if (rc == 0 && (flags & PLOOP_WRITE_FUA))
+    rc = ploop_disk_flush(disk);
+  return rc;
+}
+
+int ploop_disk_flush(struct ploop_disk *disk)
+{
+  if (!disk->rdwr)
+    return 0;
+  pthread_rwlock_rdlock(&disk->rw);
+  int rc = delta_flush(disk->deltas[0]);
+  pthread_rwlock_unlock(&disk->rw);
+  return rc;
+}
+
+/* Makes whole cluster VC read as zeros. KEEP: keep it allocated in the top. */
+static int zero_cluster(struct ploop_disk *disk, uint64_t vc, bool keep)
+{
+  struct ploop_delta *top = disk->deltas[0];
+  uint64_t cb = disk->cluster_bytes;
+  uint64_t off = delta_lookup(top, vc);
+  if (top->raw) {
+    if (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)(vc * cb), (off_t)cb) < 0)
+      return ploop_error_os(top->path, "fallocate");
+    return 0;
+  }
+  bool lower = disk_find(disk, 1, vc, NULL) != 0;
+  if (!off) {
+    if (!lower && !keep)
+      return 0; /* already a hole everywhere */
+    return alloc_and_write(disk, vc, 0, NULL, cb);
+  }
+  off = DELTA_OFF(off);
+  if (keep || lower) {
+    if (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)cb) < 0)
+      return ploop_error_os(top->path, "fallocate");
+    return 0;
+  }
+  /* Drop the cluster from the top. Punching before the cleared entry is
+   * durable is safe: a crash leaves the entry pointing at zeros, which is
+   * what the range reads as now. The cluster is never reused in place;
+   * compaction moves tail clusters into such holes. */
+  delta_set_entry(top, vc, 0);
+  if (fallocate(top->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)cb) < 0 &&
+      errno != EOPNOTSUPP)
+    return ploop_error_os(top->path, "punch hole");
+  return 0;
+}
+
+static int zero_range(struct ploop_disk *disk, uint64_t off, uint64_t len, bool keep)
+{
+  uint64_t cb = disk->cluster_bytes;
+  int rc = 0;
+  uint8_t *zeros = NULL;
+  pthread_rwlock_rdlock(&disk->rw);
+  uint64_t o = off, l = len;
+  while (l > 0 && rc == 0) {
+    uint64_t vc = o / cb, coff = o % cb;
+    uint64_t n = min_u64(l, cb - coff);
+    if (n == cb) {
+      rc = zero_cluster(disk, vc, keep);
+    } else if (disk_find(disk, 0, vc, NULL) || keep) {
+      /* Partial cluster: zeros through the ordinary write path. */
+      if (!zeros && !(zeros = ploop_aligned_alloc(cb)))
+        rc = -1;
+      else
+        rc = write_piece(disk, vc, coff, zeros, (size_t)n);
+    }
+    o += n;
+    l -= n;
+  }
+  mark_dirty(disk, off, len);
+  pthread_rwlock_unlock(&disk->rw);
+  free(zeros);
+  return rc;
+}
+
+static int zero_common(struct ploop_disk *disk, uint64_t off, uint64_t len, bool keep, unsigned flags)
+{
+  if (check_writable(disk) < 0 || check_range(disk, off, len) < 0)
+    return -1;
+  if ((off | len) & 511) {
+    /* Unaligned edges go through pwrite with a zero buffer. */
+    uint64_t start = round_up(off, 512), end = (off + len) & ~511ull;
+    static const uint8_t z[512];
+    if (start > end) /* inside one sector */
+      return ploop_disk_pwrite(disk, z, len, off, flags);
+    if (start > off && ploop_disk_pwrite(disk, z, start - off, off, 0) < 0)
+      return -1;
+    if (off + len > end && ploop_disk_pwrite(disk, z, off + len - end, end, 0) < 0)
+      return -1;
+    off = start;
+    len = end - start;
+  }
+  int rc = zero_range(disk, off, len, keep);
+  if (rc == 0 && (flags & PLOOP_WRITE_FUA))
+    rc = ploop_disk_flush(disk);
+  return rc;
+}
+
+int ploop_disk_discard(struct ploop_disk *disk, uint64_t off, uint64_t len)
+{
+  return zero_common(disk, off, len, false, 0);
+}
+
+int ploop_disk_write_zeroes(struct ploop_disk *disk, uint64_t off, uint64_t len, unsigned flags)
+{
+  return zero_common(disk, off, len, flags & PLOOP_ZERO_NO_HOLE, flags);
+}
+
+int ploop_disk_block_status(struct ploop_disk *disk, uint64_t off, uint64_t len,
+                            struct ploop_extent *out, size_t max)
+{
+  if (check_range(disk, off, len) < 0)
+    return -1;
+  if (max == 0 || len == 0)
+    return 0;
+  uint64_t cb = disk->cluster_bytes, end = off + len;
+  size_t n = 0;
+  pthread_rwlock_rdlock(&disk->rw);
+  for (uint64_t o = off; o < end;) {
+    uint64_t vc = o / cb;
+    uint64_t next = min_u64((vc + 1) * cb, end);
+    unsigned depth = disk_find(disk, 0, vc, NULL);
+    if (n > 0 && out[n - 1].depth == depth) {
+      out[n - 1].length += next - o;
+    } else {
+      if (n == max)
+        break;
+      out[n].offset = o;
+      out[n].length = next - o;
+      out[n].depth = depth;
+      n++;
+    }
+    o = next;
+  }
+  pthread_rwlock_unlock(&disk->rw);
+  return (int)n;
+}
+
+int ploop_disk_dirty_start(struct ploop_disk *disk)
+{
+  uint64_t clusters = div_round_up(disk->size_bytes, disk->cluster_bytes);
+  /* Room for the largest size the BAT can address, so resize needs no realloc. */
+  uint64_t cap = disk->deltas[0]->raw ? clusters : disk->deltas[0]->h.bat_entries;
+  if (cap < clusters)
+    cap = clusters;
+  pthread_rwlock_wrlock(&disk->rw);
+  if (!disk->dirty || disk->dirty_bytes < div_round_up(cap, 8)) {
+    uint8_t *b = calloc(div_round_up(cap, 8), 1);
+    if (!b) {
+      pthread_rwlock_unlock(&disk->rw);
+      return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    }
+    free(disk->dirty);
+    disk->dirty = b;
+    disk->dirty_bytes = div_round_up(cap, 8);
+  } else {
+    memset(disk->dirty, 0, disk->dirty_bytes);
+  }
+  disk->dirty_on = true;
+  pthread_rwlock_unlock(&disk->rw);
+  return 0;
+}
+
+int ploop_disk_dirty_stop(struct ploop_disk *disk)
+{
+  pthread_rwlock_wrlock(&disk->rw);
+  disk->dirty_on = false;
+  pthread_rwlock_unlock(&disk->rw);
+  return 0;
+}
+
+int ploop_disk_dirty_get(struct ploop_disk *disk, uint8_t *bitmap, size_t bytes, bool clear)
+{
+  pthread_rwlock_wrlock(&disk->rw); /* no write in flight: copy and clear are atomic */
+  if (!disk->dirty_on) {
+    pthread_rwlock_unlock(&disk->rw);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: dirty tracking is not started", disk->dir);
+  }
+  size_t need = (size_t)div_round_up(div_round_up(disk->size_bytes, disk->cluster_bytes), 8);
+  size_t n = bytes < need ? bytes : need;
+  memcpy(bitmap, disk->dirty, n);
+  if (bytes > n)
+    memset(bitmap + n, 0, bytes - n);
+  if (clear)
+    memset(disk->dirty, 0, disk->dirty_bytes);
+  pthread_rwlock_unlock(&disk->rw);
+  return 0;
+}
+
+int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_params *p)
+{
+  char *copy1 = ploop_strdup(delta_path), *copy2 = ploop_strdup(delta_path);
+  int rc = -1;
+  if (!copy1 || !copy2)
+    goto out;
+  const char *dir = dirname(copy1), *file = basename(copy2);
+  char xml[4096];
+  snprintf(xml, sizeof xml, "%s/%s", dir, PLOOP_DESCRIPTOR_NAME);
+  if (access(xml, F_OK) == 0) {
+    rc = ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: a disk already exists here", xml);
+    goto out;
+  }
+  if (!strcmp(file, PLOOP_DESCRIPTOR_NAME) || file[0] == '.') {
+    rc = ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: not a valid image file name", delta_path);
+    goto out;
+  }
+  struct stat st;
+  if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    rc = ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no such directory", dir);
+    goto out;
+  }
+  if (delta_create_file(delta_path, p, 0) < 0)
+    goto out;
+  char real[4096];
+  if (!realpath(dir, real)) {
+    rc = ploop_error_os(dir, "realpath");
+    unlink(delta_path);
+    goto out;
+  }
+  struct ploop_delta *d = delta_open(delta_path, PLOOP_OPEN_RDONLY);
+  if (!d) {
+    unlink(delta_path);
+    goto out;
+  }
+  struct ploop_descriptor *desc = descriptor_new(real, d->h.size_sectors, d->h.cluster_sectors);
+  delta_close(d, false);
+  if (!desc || descriptor_add_image(desc, PLOOP_TOP_GUID, file, NULL) < 0 ||
+      ploop_descriptor_save(desc) < 0) {
+    ploop_descriptor_free(desc);
+    unlink(delta_path);
+    goto out;
+  }
+  ploop_descriptor_free(desc);
+  rc = 0;
+out:
+  free(copy1);
+  free(copy2);
+  return rc;
+}

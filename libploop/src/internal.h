@@ -1,0 +1,153 @@
+/* Internal types and helpers shared by libploop's modules. Not installed. */
+#ifndef PLOOP_INTERNAL_H
+#define PLOOP_INTERNAL_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+#include "format.h"
+#include "libploop.h"
+
+#define PLOOP_ALIGN 4096u         /* buffer alignment for O_DIRECT */
+#define PLOOP_BAT_PAGE 4096u      /* BAT write granularity */
+#define PLOOP_MAX_INFLIGHT_ALLOC 256
+
+/* ---- errors (error.c) ---- */
+/* Sets the thread's error: status class, errno value, printf message. Returns -1. */
+int ploop_error(int status, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prepends "CONTEXT: " to the current message (keeps status and errno). */
+int ploop_error_wrap(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Shorthand: an OS call failed on PATH. */
+#define ploop_error_os(path, what) \
+  ploop_error(PLOOP_ERR_IO, errno, "%s: %s: %s", (path), (what), strerror(errno))
+
+/* ---- small helpers ---- */
+static inline bool is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
+static inline uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static inline uint64_t div_round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a; }
+static inline uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+void *ploop_aligned_alloc(size_t len);    /* zeroed, PLOOP_ALIGN-aligned; sets error on failure */
+bool ploop_is_zero(const void *buf, size_t len);
+int ploop_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *path);
+int ploop_pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const char *path);
+int ploop_fsync_dir(const char *dir);
+char *ploop_strdup(const char *s);  /* sets error on failure */
+
+/* ---- delta (delta.c) ---- */
+struct ploop_delta {
+  char *path;
+  int fd;
+  bool rdwr;
+  bool raw;                     /* Plain image: identity map, no header */
+  struct ploop_header_host h;
+  uint64_t cluster_bytes;
+  uint64_t raw_bytes;           /* raw: file size */
+  uint8_t *bat_raw;             /* header + BAT exactly as on disk */
+  size_t bat_bytes;             /* first_block * 512 */
+  pthread_mutex_t lock;         /* alloc_head, dirty pages, inflight */
+  pthread_cond_t cond;
+  pthread_mutex_t flush_lock;   /* one flush at a time: BAT pages go out in order */
+  uint64_t alloc_head;          /* next free cluster (file size / cluster) */
+  uint8_t *page_dirty;          /* one byte per BAT page */
+  size_t n_pages;
+  bool any_dirty;
+  uint32_t inflight[PLOOP_MAX_INFLIGHT_ALLOC];
+  unsigned n_inflight;
+};
+
+/* Virtual clusters this delta can hold. */
+static inline uint64_t delta_clusters(const struct ploop_delta *d)
+{
+  return d->raw ? d->raw_bytes / d->cluster_bytes : d->h.bat_entries;
+}
+static inline uint32_t *delta_bat(const struct ploop_delta *d)
+{
+  return (uint32_t *)d->bat_raw + PLOOP_BAT_FIRST_SLOT;
+}
+/* Byte offset in the file of virtual cluster VC, or 0 when this delta lacks it. */
+static inline uint64_t delta_lookup(const struct ploop_delta *d, uint64_t vc)
+{
+  if (vc >= delta_clusters(d))
+    return 0;
+  if (d->raw)
+    return vc * d->cluster_bytes | (1ull << 63); /* raw cluster 0 sits at byte 0: tag it */
+  uint32_t e = le32toh(__atomic_load_n(&delta_bat(d)[vc], __ATOMIC_ACQUIRE));
+  if (e == 0)
+    return 0;
+  return d->h.version == 1 ? (uint64_t)e * 512u : (uint64_t)e * d->cluster_bytes;
+}
+#define DELTA_OFF(x) ((x) & ~(1ull << 63))
+
+/* Opens with full validation of header and BAT. FLAGS: PLOOP_OPEN_*. */
+struct ploop_delta *delta_open(const char *path, unsigned flags);
+struct ploop_delta *delta_open_raw(const char *path, uint32_t cluster_sectors, bool rdwr);
+int delta_close(struct ploop_delta *d, bool clean);
+/* Reserve a fresh cluster for VC; waits while another thread allocates VC.
+ * Returns 1 with *OFF set if VC turned out allocated meanwhile, 0 with
+ * *OFF = new cluster's byte offset (caller must call delta_alloc_finish), -1 on error. */
+int delta_alloc_begin(struct ploop_delta *d, uint64_t vc, uint64_t *off);
+/* Publish (OFF != 0) or abandon (OFF == 0) a reservation. */
+void delta_alloc_finish(struct ploop_delta *d, uint64_t vc, uint64_t off);
+/* Set or clear a BAT entry in memory; marks the page for the next flush. */
+void delta_set_entry(struct ploop_delta *d, uint64_t vc, uint64_t off);
+/* Data durable, then dirty BAT pages written, then durable again. */
+int delta_flush(struct ploop_delta *d);
+/* Rewrite the header (in bat_raw) and make it durable. */
+int delta_write_header(struct ploop_delta *d);
+int delta_set_in_use(struct ploop_delta *d, bool in_use);
+uint64_t delta_count_allocated(const struct ploop_delta *d);
+int delta_create_file(const char *path, const struct ploop_delta_create_params *p, int fd_flags);
+void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors);
+
+/* ---- locking (lock.c) ---- */
+/* Exclusive lock of a disk directory; returns an fd to close for unlock. */
+int ploop_lock_disk(const char *dir);
+void ploop_unlock_disk(int fd);
+
+/* ---- disk (disk.c) ---- */
+struct ploop_disk {
+  char *dir;
+  struct ploop_descriptor *desc;
+  struct ploop_delta *deltas[PLOOP_MAX_DELTAS]; /* [0] = top ... [n-1] = base */
+  unsigned n;
+  bool rdwr;
+  unsigned open_flags;
+  uint64_t size_bytes;
+  uint64_t cluster_bytes;
+  pthread_rwlock_t rw;          /* I/O: read side; structure changes: write side */
+  int lock_fd;
+  uint8_t *dirty;               /* dirty-tracking bitmap, one bit per cluster */
+  size_t dirty_bytes;
+  bool dirty_on;
+  char *snapshot_guid;          /* set for a read-only snapshot view */
+};
+/* Read virtual cluster VC range from deltas starting at depth index FROM (0 = top). */
+int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t coff,
+                            void *buf, size_t len);
+/* Depth (1-based) of the first delta from index FROM that holds VC; 0 if none. */
+unsigned disk_find(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t *off);
+/* Opens the chain of descriptor images ending at GUID. */
+int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags);
+void disk_close_deltas(struct ploop_disk *disk, bool clean);
+
+/* ---- copy helpers (copy.c) ---- */
+/* Copy every cluster X holds into P (below it), appending in P as needed. */
+int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress,
+                     void *opaque, uint64_t done_base, uint64_t total);
+
+/* ---- descriptor internals (descriptor.c) ---- */
+struct ploop_descriptor *descriptor_new(const char *dir, uint64_t size_sectors,
+                                        uint32_t cluster_sectors);
+int descriptor_add_image(struct ploop_descriptor *d, const char *guid, const char *file,
+                         const char *parent);
+void descriptor_remove_image(struct ploop_descriptor *d, const char *guid);
+struct ploop_snapshot_desc *descriptor_find_shot(struct ploop_descriptor *d, const char *guid);
+struct ploop_descriptor *descriptor_dup(const struct ploop_descriptor *d);
+/* Number of shots whose parent is GUID. */
+size_t descriptor_children(const struct ploop_descriptor *d, const char *guid, const char **child);
+
+#endif
