@@ -1,8 +1,6 @@
 /* Temporary: entry points not implemented yet fail cleanly. Removed as each lands. */
 #include "internal.h"
 #define NOTYET(name) ploop_error(PLOOP_ERR_GENERIC, ENOSYS, "%s: not implemented yet", name)
-int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_report *r) { return NOTYET("check"); }
-void ploop_check_report_format(const struct ploop_check_report *r, char *buf, size_t len) { if (len) buf[0] = 0; }
 int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out) { return NOTYET("snapshot"); }
 int ploop_snapshot_create(const char *d, const char *guid, char *out) { return NOTYET("snapshot"); }
 int ploop_snapshot_delete(const char *d, const char *guid) { return NOTYET("snapshot-delete"); }
@@ -15,4 +13,3 @@ int ploop_convert_version(const char *d, int v) { return NOTYET("convert"); }
 int ploop_convert_format(const char *d, bool r) { return NOTYET("convert"); }
 int ploop_import_raw(const char *s, const char *d, ploop_progress_fn p, void *o, struct ploop_copy_stats *st) { return NOTYET("import"); }
 int ploop_export_raw(const char *d, const char *g, const char *dst, ploop_progress_fn p, void *o, struct ploop_copy_stats *st) { return NOTYET("export"); }
-int ploop_disk_check(const char *d, unsigned f, char *m, size_t l) { return NOTYET("check"); }

@@ -1,0 +1,257 @@
+/* Consistency check and repair of a delta and of a whole disk. Reads the
+ * header and BAT itself (not through delta_open) so that it can describe
+ * every problem instead of stopping at the first. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static int header_problem(struct ploop_check_report *r, const char *fmt, unsigned long long a)
+{
+  r->header_bad = true;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  snprintf(r->header_problem, sizeof r->header_problem, fmt, a); /* literal formats only */
+#pragma GCC diagnostic pop
+  return 1;
+}
+
+static int check_header(const struct ploop_header_host *h, uint64_t file_size, struct ploop_check_report *r)
+{
+  if (h->version == 0)
+    return header_problem(r, "not a ploop image: bad signature%.0llu", 0);
+  if (h->type != PLOOP_IMAGE_TYPE)
+    return header_problem(r, "unsupported image type %llu", h->type);
+  if (!is_pow2(h->cluster_sectors) || h->cluster_sectors < 8 || h->cluster_sectors > PLOOP_MAX_CLUSTER_SECTORS)
+    return header_problem(r, "invalid cluster size %llu sectors", h->cluster_sectors);
+  if (h->bat_entries == 0)
+    return header_problem(r, "BAT has no entries%.0llu", 0);
+  if (h->size_sectors > (uint64_t)h->bat_entries * h->cluster_sectors)
+    return header_problem(r, "virtual size %llu sectors exceeds what the BAT maps", h->size_sectors);
+  uint64_t bat_end = PLOOP_HEADER_SIZE + 4ull * h->bat_entries;
+  if ((uint64_t)h->first_block * 512 < bat_end)
+    return header_problem(r, "first data block (sector %llu) overlaps the BAT", h->first_block);
+  if (file_size < bat_end)
+    return header_problem(r, "file truncated: the BAT needs %llu bytes", bat_end);
+  return 0;
+}
+
+int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_report *r)
+{
+  memset(r, 0, sizeof *r);
+  bool repair = (flags & PLOOP_CHECK_REPAIR) && !(flags & PLOOP_CHECK_READONLY);
+  int fd = open(path, (repair ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC);
+  if (fd < 0)
+    return ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s",
+                       path, strerror(errno));
+  int rc = -1;
+  uint8_t *bat = NULL;
+  uint64_t *seen = NULL;
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    ploop_error_os(path, "stat");
+    goto out;
+  }
+  uint64_t file_size = (uint64_t)st.st_size;
+  struct ploop_header_host h;
+  if (file_size < PLOOP_HEADER_SIZE) {
+    rc = header_problem(r, "file truncated: %llu bytes, shorter than the 64-byte header", file_size);
+    goto out;
+  }
+  bat = ploop_aligned_alloc(PLOOP_ALIGN);
+  if (!bat || ploop_pread_full(fd, bat, PLOOP_ALIGN, 0, path) < 0)
+    goto out;
+  ploop_header_decode(bat, &h);
+  if (check_header(&h, file_size, r)) {
+    rc = 1;
+    goto out;
+  }
+  free(bat);
+  uint64_t cb = (uint64_t)h.cluster_sectors * 512;
+  size_t bat_bytes = round_up(round_up(PLOOP_HEADER_SIZE + 4ull * h.bat_entries, 512), PLOOP_ALIGN);
+  bat = ploop_aligned_alloc(bat_bytes);
+  if (!bat || ploop_pread_full(fd, bat, bat_bytes, 0, path) < 0)
+    goto out;
+  uint32_t *e = (uint32_t *)bat + PLOOP_BAT_FIRST_SLOT;
+  uint64_t file_clusters = div_round_up(file_size, cb);
+  uint64_t first = div_round_up((uint64_t)h.first_block * 512, cb);
+  seen = calloc(div_round_up(file_clusters + 1, 64), 8);
+  if (!seen) {
+    ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    goto out;
+  }
+  bool bat_changed = false;
+  for (uint64_t i = 0; i < h.bat_entries; i++) {
+    uint32_t v = le32toh(e[i]);
+    if (!v)
+      continue;
+    uint64_t c = h.version == 1 ? v / h.cluster_sectors : v;
+    bool bad = true;
+    if (h.version == 1 && v % h.cluster_sectors)
+      r->clusters_misaligned++;
+    else if (v == PLOOP_ZERO_INDEX || c < first)
+      r->clusters_in_bat_area++;
+    else if ((c + 1) * cb > round_up(file_size, cb))
+      r->clusters_beyond_eof++;
+    else if (i * h.cluster_sectors >= h.size_sectors)
+      r->clusters_beyond_size++;
+    else if (seen[c / 64] & (1ull << (c % 64)))
+      r->clusters_duplicate++;
+    else
+      bad = false;
+    if (bad && repair) {
+      e[i] = 0; /* the slot is unusable: the cluster reads as not in this delta */
+      bat_changed = true;
+    }
+    if (!bad)
+      seen[c / 64] |= 1ull << (c % 64);
+  }
+  for (uint64_t c = first; c < file_size / cb; c++)
+    if (!(seen[c / 64] & (1ull << (c % 64))))
+      r->clusters_lost++;
+  r->file_size_unaligned = file_size % cb != 0;
+  r->in_use = h.in_use == PLOOP_IN_USE;
+  bool convert = h.flags & PLOOP_CIF_FMT_CONVERT;
+  bool problems = r->clusters_misaligned || r->clusters_in_bat_area || r->clusters_beyond_eof ||
+                  r->clusters_beyond_size || r->clusters_duplicate || r->file_size_unaligned ||
+                  r->in_use || convert;
+  if (!problems) {
+    rc = 0;
+    goto out;
+  }
+  if (!repair) {
+    rc = 1;
+    goto out;
+  }
+  /* Repair: the BAT first (data already on disk), then the size, then
+   * the header last, so the image opens only once everything is fixed. */
+  if (bat_changed) {
+    if (ploop_pwrite_full(fd, bat, bat_bytes, 0, path) < 0 || fdatasync(fd) < 0)
+      goto out;
+  }
+  if (r->file_size_unaligned && ftruncate(fd, (off_t)round_up(file_size, cb)) < 0) {
+    ploop_error_os(path, "truncate");
+    goto out;
+  }
+  h.in_use = PLOOP_CLEAN_V20;
+  h.flags &= ~PLOOP_CIF_FMT_CONVERT;
+  h.ext_offset = 0;
+  ploop_header_encode(&h, bat);
+  if (ploop_pwrite_full(fd, bat, PLOOP_ALIGN, 0, path) < 0)
+    goto out;
+  if (fdatasync(fd) < 0) {
+    ploop_error_os(path, "fdatasync");
+    goto out;
+  }
+  r->repaired = true;
+  rc = 0;
+out:
+  free(seen);
+  free(bat);
+  close(fd);
+  return rc;
+}
+
+static void add_line(char *buf, size_t len, size_t *pos, const char *fmt, unsigned long long v)
+{
+  if (*pos >= len)
+    return;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  int n = snprintf(buf + *pos, len - *pos, fmt, v); /* literal formats only */
+#pragma GCC diagnostic pop
+  if (n > 0)
+    *pos += (size_t)n;
+}
+
+void ploop_check_report_format(const struct ploop_check_report *r, char *buf, size_t len)
+{
+  size_t pos = 0;
+  if (len)
+    buf[0] = 0;
+  if (r->header_bad) {
+    snprintf(buf, len, "header: %s\n", r->header_problem);
+    return;
+  }
+  const char *fix = r->repaired ? " (repaired: slots cleared)" : "";
+  char fmt[160];
+#define LINE(field, text)                                                  \
+  if (r->field) {                                                          \
+    snprintf(fmt, sizeof fmt, "%%llu %s%s\n", text, fix);                  \
+    add_line(buf, len, &pos, fmt, (unsigned long long)r->field);           \
+  }
+  LINE(clusters_beyond_eof, "BAT entries point past the end of the file");
+  LINE(clusters_beyond_size, "BAT entries map clusters past the virtual size");
+  LINE(clusters_misaligned, "BAT entries are not cluster-aligned");
+  LINE(clusters_duplicate, "data clusters are referenced twice");
+  LINE(clusters_in_bat_area, "BAT entries point into the header/BAT area");
+#undef LINE
+  if (r->file_size_unaligned)
+    add_line(buf, len, &pos, r->repaired ? "file size was not a whole number of clusters (extended)%.0llu\n"
+                                         : "file size is not a whole number of clusters%.0llu\n", 0);
+  if (r->in_use)
+    add_line(buf, len, &pos, r->repaired ? "in-use mark was set (cleared)%.0llu\n"
+                                         : "image is marked in use (not closed cleanly)%.0llu\n", 0);
+  if (r->clusters_lost)
+    add_line(buf, len, &pos, "%llu unreferenced clusters (lost space after a crash, not corruption)\n",
+             r->clusters_lost);
+}
+
+int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t msglen)
+{
+  size_t pos = 0;
+  if (msglen)
+    msg[0] = 0;
+  struct ploop_descriptor *d = ploop_descriptor_load(dir_or_xml);
+  if (!d)
+    return -1;
+  int lock = -1;
+  if ((flags & PLOOP_CHECK_REPAIR) && (lock = ploop_lock_disk(d->dir)) < 0) {
+    ploop_descriptor_free(d);
+    return -1;
+  }
+  int result = 0;
+  for (size_t i = 0; i < d->n_images; i++) {
+    char *path = ploop_descriptor_image_path(d, &d->images[i]);
+    if (!path) {
+      result = -1;
+      break;
+    }
+    struct stat st;
+    if (stat(path, &st) < 0) {
+      pos += (size_t)snprintf(msg + pos, pos < msglen ? msglen - pos : 0, "%s: missing image file\n", path);
+      result = 1;
+    } else if (!d->images[i].plain) {
+      struct ploop_check_report r;
+      int rc = ploop_delta_check(path, flags, &r);
+      if (rc < 0) {
+        free(path);
+        result = -1;
+        break;
+      }
+      char lines[2048];
+      ploop_check_report_format(&r, lines, sizeof lines);
+      for (char *l = strtok(lines, "\n"); l && pos < msglen; l = strtok(NULL, "\n"))
+        pos += (size_t)snprintf(msg + pos, msglen - pos, "%s: %s\n", path, l);
+      if (rc == 1)
+        result = 1;
+      if (rc == 0 && !r.header_bad) {
+        struct ploop_delta *dl = delta_open(path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
+        if (dl && dl->h.cluster_sectors != d->cluster_sectors) {
+          pos += (size_t)snprintf(msg + pos, pos < msglen ? msglen - pos : 0,
+                                  "%s: cluster size %u sectors differs from the disk's %u\n", path,
+                                  dl->h.cluster_sectors, d->cluster_sectors);
+          result = 1;
+        }
+        delta_close(dl, false);
+      }
+    }
+    free(path);
+  }
+  ploop_unlock_disk(lock);
+  ploop_descriptor_free(d);
+  return result;
+}
