@@ -11,5 +11,3 @@ int ploop_resize(const char *d, uint64_t b, unsigned f) { return NOTYET("resize"
 int ploop_disk_resize(struct ploop_disk *disk, uint64_t b, unsigned f) { return NOTYET("resize"); }
 int ploop_convert_version(const char *d, int v) { return NOTYET("convert"); }
 int ploop_convert_format(const char *d, bool r) { return NOTYET("convert"); }
-int ploop_import_raw(const char *s, const char *d, ploop_progress_fn p, void *o, struct ploop_copy_stats *st) { return NOTYET("import"); }
-int ploop_export_raw(const char *d, const char *g, const char *dst, ploop_progress_fn p, void *o, struct ploop_copy_stats *st) { return NOTYET("export"); }

@@ -1,0 +1,312 @@
+/* Bulk copies through libaio batches: import of a raw file (writing only
+ * the clusters that differ), export to a sparse raw file, and merging one
+ * delta into the one below it. Each batch reads up to BATCH clusters at
+ * once, then writes what it must. */
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "io.h"
+
+#define COPY_BATCH_BYTES (32u << 20)
+#define COPY_MAX_BATCH 1024u
+
+static unsigned batch_clusters(uint64_t cb)
+{
+  uint64_t n = COPY_BATCH_BYTES / cb;
+  return n < 1 ? 1 : n > COPY_MAX_BATCH ? COPY_MAX_BATCH : (unsigned)n;
+}
+
+/* Opens a file for bulk I/O, with O_DIRECT where the filesystem allows it. */
+static int open_bulk(const char *path, int flags, mode_t mode)
+{
+  int fd = open(path, flags | O_DIRECT | O_CLOEXEC, mode);
+  if (fd < 0 && errno == EINVAL)
+    fd = open(path, flags | O_CLOEXEC, mode);
+  return fd;
+}
+
+int ploop_export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *dst,
+                     ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats)
+{
+  struct ploop_copy_stats st = {0};
+  struct ploop_disk *disk = ploop_disk_open(dir_or_xml, snapshot_guid, PLOOP_OPEN_RDONLY);
+  if (!disk)
+    return -1;
+  int rc = -1, fd = -1;
+  uint8_t *bufs = NULL;
+  struct ploop_aio aio = {0};
+  uint64_t cb = disk->cluster_bytes, size = disk->size_bytes;
+  uint64_t clusters = div_round_up(size, cb);
+  unsigned batch = batch_clusters(cb);
+  struct stat sb;
+  if (stat(dst, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: export writes a regular file", dst);
+    goto out;
+  }
+  fd = open_bulk(dst, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    ploop_error_os(dst, "create");
+    goto out;
+  }
+  /* The file starts as one hole of the disk's size: zero clusters are
+   * simply never written. */
+  if (ftruncate(fd, (off_t)size) < 0) {
+    ploop_error_os(dst, "truncate");
+    goto out;
+  }
+  bufs = ploop_aligned_alloc((size_t)cb * batch * 2);
+  if (!bufs || aio_init(&aio, batch * 2) < 0)
+    goto out;
+  /* Double buffering: batch k's writes go out with batch k+1's reads. */
+  uint64_t pending_first = 0;
+  unsigned pending_n = 0, half = 0;
+  unsigned char wmask[COPY_MAX_BATCH];
+  for (uint64_t first = 0;; first += batch) {
+    unsigned n = first < clusters ? (unsigned)min_u64(batch, clusters - first) : 0;
+    uint8_t *rbuf = bufs + (size_t)half * cb * batch;
+    uint8_t *wbuf = bufs + (size_t)(half ^ 1) * cb * batch;
+    unsigned char owner[COPY_MAX_BATCH];
+    for (unsigned i = 0; i < n; i++) {
+      uint64_t vc = first + i, off;
+      unsigned depth = disk_find(disk, 0, vc, &off);
+      owner[i] = depth != 0;
+      if (depth) {
+        struct ploop_delta *d = disk->deltas[depth - 1];
+        aio_queue(&aio, d->fd, d->path, rbuf + (size_t)i * cb, cb, off, 0);
+      }
+    }
+    for (unsigned i = 0; i < pending_n; i++)
+      if (wmask[i]) {
+        uint64_t vc = pending_first + i;
+        size_t len = (size_t)min_u64(cb, size - vc * cb);
+        aio_queue(&aio, fd, dst, wbuf + (size_t)i * cb, round_up(len, 512), vc * cb, 1);
+        st.clusters_written++;
+      }
+    if (aio_run(&aio) < 0)
+      goto out;
+    if (pending_n && progress)
+      progress(opaque, min_u64((pending_first + pending_n) * cb, size), size);
+    if (n == 0)
+      break;
+    for (unsigned i = 0; i < n; i++) {
+      size_t len = (size_t)min_u64(cb, size - (first + i) * cb);
+      wmask[i] = owner[i] && !ploop_is_zero(rbuf + (size_t)i * cb, len);
+      st.clusters_skipped += !wmask[i];
+    }
+    pending_first = first;
+    pending_n = n;
+    half ^= 1;
+  }
+  /* Writes of a last partial sector may have extended the file. */
+  if (ftruncate(fd, (off_t)size) < 0 || fsync(fd) < 0) {
+    ploop_error_os(dst, "sync");
+    goto out;
+  }
+  st.bytes_total = size;
+  rc = 0;
+out:
+  aio_destroy(&aio);
+  free(bufs);
+  if (fd >= 0)
+    close(fd);
+  if (rc < 0)
+    ploop_error_wrap("export");
+  if (ploop_disk_close(disk) < 0)
+    rc = -1;
+  if (stats)
+    *stats = st;
+  return rc;
+}
+
+static int create_for_import(const char *dir, uint64_t size)
+{
+  char path[COPY_MAX_BATCH];
+  snprintf(path, sizeof path, "%s/%s", dir, PLOOP_DEFAULT_IMAGE_NAME);
+  struct ploop_delta_create_params p = {.size_bytes = size};
+  return ploop_disk_create(path, &p);
+}
+
+int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn progress, void *opaque,
+                     struct ploop_copy_stats *stats)
+{
+  struct ploop_copy_stats st = {0};
+  int sfd = open_bulk(src, O_RDONLY, 0);
+  if (sfd < 0)
+    return ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s", src,
+                       strerror(errno));
+  struct stat sb;
+  if (fstat(sfd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+    close(sfd);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: import reads a regular raw file", src);
+  }
+  uint64_t src_size = (uint64_t)sb.st_size;
+  struct stat db;
+  char xml[COPY_MAX_BATCH];
+  snprintf(xml, sizeof xml, "%s/%s", dir_or_xml, PLOOP_DESCRIPTOR_NAME);
+  if (stat(dir_or_xml, &db) == 0 && S_ISDIR(db.st_mode) && access(xml, F_OK) < 0) {
+    if (src_size == 0) {
+      close(sfd);
+      return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: empty source", src);
+    }
+    if (create_for_import(dir_or_xml, src_size) < 0) {
+      close(sfd);
+      return -1;
+    }
+  }
+  struct ploop_disk *disk = ploop_disk_open(dir_or_xml, NULL, PLOOP_OPEN_RDWR);
+  if (!disk) {
+    close(sfd);
+    return -1;
+  }
+  int rc = -1;
+  uint8_t *sbuf = NULL, *dbuf = NULL;
+  struct ploop_aio aio = {0};
+  uint64_t cb = disk->cluster_bytes, size = disk->size_bytes;
+  if (src_size > size) {
+    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: source (%llu bytes) is larger than the disk (%llu bytes)", src,
+                (unsigned long long)src_size, (unsigned long long)size);
+    goto out;
+  }
+  struct ploop_delta *top = disk->deltas[0];
+  uint64_t clusters = div_round_up(size, cb);
+  unsigned batch = batch_clusters(cb);
+  sbuf = ploop_aligned_alloc((size_t)cb * batch);
+  dbuf = ploop_aligned_alloc((size_t)cb * batch);
+  if (!sbuf || !dbuf || aio_init(&aio, batch * 2) < 0)
+    goto out;
+  uint64_t alloc_off[COPY_MAX_BATCH];
+  for (uint64_t first = 0; first < clusters; first += batch) {
+    unsigned n = (unsigned)min_u64(batch, clusters - first);
+    unsigned char depth[COPY_MAX_BATCH];
+    /* Read the source and what the disk holds now, in one batch. */
+    for (unsigned i = 0; i < n; i++) {
+      uint64_t vc = first + i, off;
+      if (vc * cb < src_size)
+        aio_queue(&aio, sfd, src, sbuf + (size_t)i * cb, (size_t)min_u64(cb, round_up(src_size - vc * cb, 512)),
+                  vc * cb, 0);
+      else
+        memset(sbuf + (size_t)i * cb, 0, cb);
+      if (vc * cb + cb > src_size && vc * cb < src_size) /* zero the tail past the source */
+        memset(sbuf + (size_t)i * cb + (src_size - vc * cb), 0, cb - (src_size - vc * cb));
+      depth[i] = (unsigned char)disk_find(disk, 0, vc, &off);
+      if (depth[i]) {
+        struct ploop_delta *d = disk->deltas[depth[i] - 1];
+        aio_queue(&aio, d->fd, d->path, dbuf + (size_t)i * cb, cb, off, 0);
+      }
+    }
+    if (aio_run(&aio) < 0)
+      goto out;
+    for (unsigned i = 0; i < n; i++) {
+      uint64_t vc = first + i;
+      uint8_t *s = sbuf + (size_t)i * cb;
+      if (vc * cb + cb > src_size && vc * cb < src_size) /* the O_DIRECT read may have refilled the tail */
+        memset(s + (src_size - vc * cb), 0, cb - (src_size - vc * cb));
+      alloc_off[i] = 0;
+      bool zero = ploop_is_zero(s, cb);
+      if (depth[i] ? !memcmp(s, dbuf + (size_t)i * cb, cb) : zero) {
+        st.clusters_skipped++;
+        continue;
+      }
+      if (zero) {
+        if (ploop_disk_discard(disk, vc * cb, min_u64(cb, size - vc * cb)) < 0)
+          goto out;
+        st.clusters_zeroed++;
+        continue;
+      }
+      uint64_t off = delta_lookup(top, vc);
+      if (!off) {
+        int r = delta_alloc_begin(top, vc, &off);
+        if (r < 0)
+          goto out;
+        alloc_off[i] = off;
+      }
+      aio_queue(&aio, top->fd, top->path, s, cb, DELTA_OFF(off), 1);
+      st.clusters_written++;
+    }
+    int wrc = aio_run(&aio);
+    for (unsigned i = 0; i < n; i++)
+      if (alloc_off[i])
+        delta_alloc_finish(top, first + i, wrc == 0 ? alloc_off[i] : 0);
+    if (wrc < 0)
+      goto out;
+    if (progress)
+      progress(opaque, min_u64((first + n) * cb, size), size);
+  }
+  if (ploop_disk_flush(disk) < 0)
+    goto out;
+  st.bytes_total = src_size;
+  rc = 0;
+out:
+  aio_destroy(&aio);
+  free(sbuf);
+  free(dbuf);
+  close(sfd);
+  if (rc < 0)
+    ploop_error_wrap("import");
+  if (ploop_disk_close(disk) < 0)
+    rc = -1;
+  if (stats)
+    *stats = st;
+  return rc;
+}
+
+int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque,
+                     uint64_t done_base, uint64_t total)
+{
+  uint64_t cb = x->cluster_bytes;
+  unsigned batch = batch_clusters(cb);
+  struct ploop_aio aio;
+  uint8_t *buf = ploop_aligned_alloc((size_t)cb * batch);
+  if (!buf)
+    return -1;
+  if (aio_init(&aio, batch) < 0) {
+    free(buf);
+    return -1;
+  }
+  int rc = 0;
+  uint64_t vcs[COPY_MAX_BATCH], alloc_off[COPY_MAX_BATCH], done = done_base;
+  uint64_t nclusters = delta_clusters(x);
+  for (uint64_t vc = 0; vc < nclusters && rc == 0;) {
+    unsigned n = 0;
+    for (; vc < nclusters && n < batch; vc++) {
+      uint64_t off = delta_lookup(x, vc);
+      if (!off)
+        continue;
+      vcs[n] = vc;
+      aio_queue(&aio, x->fd, x->path, buf + (size_t)n * cb, cb, DELTA_OFF(off), 0);
+      n++;
+    }
+    if (n == 0 || (rc = aio_run(&aio)) < 0)
+      break;
+    for (unsigned i = 0; i < n && rc == 0; i++) {
+      uint64_t off = delta_lookup(p, vcs[i]);
+      alloc_off[i] = 0;
+      if (!off) {
+        if (delta_alloc_begin(p, vcs[i], &off) < 0) {
+          rc = -1;
+          break;
+        }
+        alloc_off[i] = off;
+      }
+      aio_queue(&aio, p->fd, p->path, buf + (size_t)i * cb, cb, DELTA_OFF(off), 1);
+    }
+    if (rc == 0)
+      rc = aio_run(&aio);
+    for (unsigned i = 0; i < n; i++)
+      if (alloc_off[i])
+        delta_alloc_finish(p, vcs[i], rc == 0 ? alloc_off[i] : 0);
+    done += n;
+    if (progress && rc == 0)
+      progress(opaque, done, total);
+  }
+  if (rc == 0)
+    rc = delta_flush(p);
+  aio_destroy(&aio);
+  free(buf);
+  return rc;
+}

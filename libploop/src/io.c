@@ -1,0 +1,97 @@
+/* libaio batches: queue, submit once, wait for all. */
+#include <string.h>
+
+#include "internal.h"
+#include "io.h"
+
+int aio_init(struct ploop_aio *a, unsigned depth)
+{
+  memset(a, 0, sizeof *a);
+  a->depth = depth;
+  a->cbs = calloc(depth, sizeof *a->cbs);
+  a->ptrs = calloc(depth, sizeof *a->ptrs);
+  a->events = calloc(depth, sizeof *a->events);
+  a->paths = calloc(depth, sizeof *a->paths);
+  if (!a->cbs || !a->ptrs || !a->events || !a->paths) {
+    aio_destroy(a);
+    return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+  }
+  int rc = io_setup((int)depth, &a->ctx);
+  if (rc < 0) {
+    a->ctx = 0;
+    aio_destroy(a);
+    return ploop_error(PLOOP_ERR_IO, -rc, "io_setup: %s", strerror(-rc));
+  }
+  return 0;
+}
+
+void aio_destroy(struct ploop_aio *a)
+{
+  if (a->ctx)
+    io_destroy(a->ctx);
+  free(a->cbs);
+  free(a->ptrs);
+  free(a->events);
+  free(a->paths);
+  memset(a, 0, sizeof *a);
+}
+
+void aio_queue(struct ploop_aio *a, int fd, const char *path, void *buf, size_t len, uint64_t off, int write)
+{
+  struct iocb *cb = &a->cbs[a->n];
+  if (write)
+    io_prep_pwrite(cb, fd, buf, len, (long long)off);
+  else
+    io_prep_pread(cb, fd, buf, len, (long long)off);
+  cb->data = (void *)(uintptr_t)a->n;
+  a->ptrs[a->n] = cb;
+  a->paths[a->n] = path;
+  a->n++;
+}
+
+int aio_run(struct ploop_aio *a)
+{
+  unsigned total = a->n, submitted = 0, done = 0;
+  int err = 0;
+  while (submitted < total) {
+    int rc = io_submit(a->ctx, (long)(total - submitted), a->ptrs + submitted);
+    if (rc == -EINTR || rc == -EAGAIN)
+      continue;
+    if (rc < 0) {
+      err = ploop_error(PLOOP_ERR_IO, -rc, "%s: io_submit: %s", a->paths[submitted], strerror(-rc));
+      break;
+    }
+    submitted += (unsigned)rc;
+  }
+  while (done < submitted) {
+    int rc = io_getevents(a->ctx, 1, (long)(submitted - done), a->events, NULL);
+    if (rc == -EINTR)
+      continue;
+    if (rc < 0) {
+      err = ploop_error(PLOOP_ERR_IO, -rc, "io_getevents: %s", strerror(-rc));
+      break;
+    }
+    for (int i = 0; i < rc; i++) {
+      struct iocb *cb = a->events[i].obj;
+      unsigned idx = (unsigned)(uintptr_t)cb->data;
+      long res = (long)a->events[i].res;
+      size_t want = cb->u.c.nbytes;
+      bool is_write = cb->aio_lio_opcode == IO_CMD_PWRITE;
+      if (res < 0) {
+        if (!err)
+          err = ploop_error(PLOOP_ERR_IO, (int)-res, "%s: %s at %lld: %s", a->paths[idx],
+                            is_write ? "write" : "read", cb->u.c.offset, strerror((int)-res));
+      } else if ((size_t)res < want) {
+        if (is_write) {
+          if (!err)
+            err = ploop_error(PLOOP_ERR_IO, EIO, "%s: short write at %lld", a->paths[idx], cb->u.c.offset);
+        } else {
+          memset((char *)cb->u.c.buf + res, 0, want - (size_t)res);
+        }
+      }
+    }
+    done += (unsigned)rc;
+  }
+  a->n = 0;
+  return err;
+}
