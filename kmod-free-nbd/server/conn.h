@@ -1,0 +1,56 @@
+/* One NBD client connection: negotiated state, the fds, the reader and
+ * writer locks, and the request threads serving it (connection.c). */
+#ifndef PLOOP_NBD_CONN_H
+#define PLOOP_NBD_CONN_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "nbd-protocol.h"
+#include "server.h"
+
+#define CONN_MAX_WORKERS 64u
+
+struct conn {
+  int rfd, wfd;
+  struct conn *next, *prev; /* registry of live connections */
+
+  /* Negotiated in the handshake. */
+  bool no_zeroes;
+  bool structured;
+  bool block_size_requested; /* client promised to honour min/max */
+  bool meta_base, meta_depth; /* selected meta contexts */
+  char meta_export[NBD_MAX_STRING + 1]; /* export the contexts were set for */
+  struct export_ref exp;
+  uint16_t eflags;
+
+  /* Transmission: one thread at a time reads a request (rlock), replies
+   * are written whole under wlock, so many requests run at once. */
+  pthread_mutex_t rlock;
+  pthread_mutex_t wlock;
+  atomic_bool closing;
+  pthread_t reader;           /* thread blocked reading, woken at shutdown */
+  atomic_bool reader_valid;
+  pthread_mutex_t wk_lock;    /* guards the workers array */
+  pthread_t workers[CONN_MAX_WORKERS];
+  unsigned nworkers;
+  bool no_more_workers;
+  atomic_uint idle;           /* threads waiting for rlock */
+};
+
+/* Whole-buffer socket I/O: 0 on success, -1 on EOF or error (errno set;
+ * EOF gives errno 0).  Retries EINTR unless the connection is closing. */
+int conn_read(struct conn *c, void *buf, size_t len);
+int conn_discard(struct conn *c, uint64_t len);
+/* Writes all of IOV; caller holds wlock. */
+int conn_writev(struct conn *c, struct iovec *iov, int iovcnt);
+int conn_write(struct conn *c, const void *buf, size_t len);
+
+/* Runs the transmission phase until the client disconnects (transmission.c). */
+void transmission(struct conn *c);
+
+#endif

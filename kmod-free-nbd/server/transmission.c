@@ -1,0 +1,469 @@
+/* NBD transmission phase: request threads take turns reading one request
+ * each (under rlock), validate it in one place, run it on the disk in
+ * parallel with the others, and write the whole reply under wlock. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "conn.h"
+#include "nbd-protocol.h"
+
+/* A request in host byte order. */
+struct request {
+  uint16_t flags, type;
+  uint64_t cookie, offset;
+  uint32_t count;
+};
+
+/* Per-thread buffers, allocated once when the thread starts. */
+struct worker {
+  struct conn *c;
+  uint8_t *buf; /* NBD_MAX_PAYLOAD, 4 KiB aligned for O_DIRECT */
+  struct ploop_extent *ext;
+  struct nbd_block_descriptor *desc;
+};
+
+/* Host errno (from libploop) to the protocol's error values. */
+static uint32_t nbd_errno(int e) {
+  switch (e) {
+  case EPERM:
+  case EROFS:
+  case EACCES:
+    return NBD_EPERM;
+  case ENOMEM:
+    return NBD_ENOMEM;
+  case EINVAL:
+    return NBD_EINVAL;
+  case ENOSPC:
+  case EDQUOT:
+  case EFBIG:
+    return NBD_ENOSPC;
+  case EOVERFLOW:
+    return NBD_EOVERFLOW;
+  case ENOTSUP:
+    return NBD_ENOTSUP;
+  case ESHUTDOWN:
+    return NBD_ESHUTDOWN;
+  default:
+    return NBD_EIO;
+  }
+}
+
+static bool has(uint16_t eflags, unsigned f) { return (eflags & f) != 0; }
+
+/* Every check a request must pass before the disk sees it (the door, as in
+ * nbdkit): command known and advertised, flags valid for the command,
+ * range inside the disk, payload within limits, alignment if promised.
+ * Returns 0 or an NBD error value. */
+static uint32_t validate_request(const struct conn *c, const struct request *r, uint64_t size) {
+  const uint16_t ef = c->eflags;
+  const unsigned known = NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_DF |
+                         NBD_CMD_FLAG_REQ_ONE | NBD_CMD_FLAG_FAST_ZERO;
+  bool writes = false, ranged = true;
+
+  switch (r->type) {
+  case NBD_CMD_READ:
+  case NBD_CMD_CACHE:
+    if (r->type == NBD_CMD_CACHE && !has(ef, NBD_FLAG_SEND_CACHE)) return NBD_EINVAL;
+    break;
+  case NBD_CMD_WRITE:
+    writes = true;
+    break;
+  case NBD_CMD_TRIM:
+    if (has(ef, NBD_FLAG_READ_ONLY)) return NBD_EPERM;
+    if (!has(ef, NBD_FLAG_SEND_TRIM)) return NBD_EINVAL;
+    writes = true;
+    break;
+  case NBD_CMD_WRITE_ZEROES:
+    if (has(ef, NBD_FLAG_READ_ONLY)) return NBD_EPERM;
+    if (!has(ef, NBD_FLAG_SEND_WRITE_ZEROES)) return NBD_EINVAL;
+    writes = true;
+    break;
+  case NBD_CMD_FLUSH:
+    if (!has(ef, NBD_FLAG_SEND_FLUSH)) return NBD_EINVAL;
+    if (r->offset != 0 || r->count != 0) return NBD_EINVAL;
+    ranged = false;
+    break;
+  case NBD_CMD_BLOCK_STATUS:
+    if (!c->structured || !(c->meta_base || c->meta_depth)) return NBD_EINVAL;
+    break;
+  default:
+    return NBD_EINVAL;
+  }
+
+  if (r->flags & ~known) return NBD_EINVAL;
+  /* FUA is valid on any command once advertised (ignored where moot). */
+  if ((r->flags & NBD_CMD_FLAG_FUA) && !has(ef, NBD_FLAG_SEND_FUA)) return NBD_EINVAL;
+  if ((r->flags & NBD_CMD_FLAG_NO_HOLE) && r->type != NBD_CMD_WRITE_ZEROES) return NBD_EINVAL;
+  if ((r->flags & NBD_CMD_FLAG_FAST_ZERO) &&
+      (r->type != NBD_CMD_WRITE_ZEROES || !has(ef, NBD_FLAG_SEND_FAST_ZERO)))
+    return NBD_EINVAL;
+  if ((r->flags & NBD_CMD_FLAG_DF) && (r->type != NBD_CMD_READ || !has(ef, NBD_FLAG_SEND_DF)))
+    return NBD_EINVAL;
+  if ((r->flags & NBD_CMD_FLAG_REQ_ONE) && r->type != NBD_CMD_BLOCK_STATUS) return NBD_EINVAL;
+
+  if (writes && has(ef, NBD_FLAG_READ_ONLY)) return NBD_EPERM;
+  if (!ranged) return 0;
+
+  if (r->count == 0) return NBD_EINVAL;
+  uint64_t end;
+  if (__builtin_add_overflow(r->offset, (uint64_t)r->count, &end) || end > size)
+    return writes ? NBD_ENOSPC : NBD_EINVAL;
+  if ((r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE) && r->count > NBD_MAX_PAYLOAD)
+    return NBD_EOVERFLOW;
+  if (c->block_size_requested && ((r->offset | r->count) & (NBD_MIN_BLOCK - 1)))
+    return NBD_EINVAL;
+  return 0;
+}
+
+/* ---- replies -------------------------------------------------------- */
+
+static int send_locked(struct conn *c, struct iovec *iov, int n) {
+  pthread_mutex_lock(&c->wlock);
+  int r = conn_writev(c, iov, n);
+  pthread_mutex_unlock(&c->wlock);
+  if (r < 0) {
+    /* The client is gone: stop reading from it too. */
+    atomic_store(&c->closing, true);
+    shutdown(c->rfd, SHUT_RDWR);
+  }
+  return r;
+}
+
+static int reply_simple(struct conn *c, uint64_t cookie, uint32_t err, void *data, size_t len) {
+  struct nbd_simple_reply h = {
+      .magic = nbd_be32(NBD_SIMPLE_REPLY_MAGIC),
+      .error = nbd_be32(err),
+      .cookie = cookie,
+  };
+  struct iovec iov[2] = {{&h, sizeof h}, {data, len}};
+  return send_locked(c, iov, len ? 2 : 1);
+}
+
+static void chunk_header(struct nbd_structured_reply *h, uint64_t cookie, uint16_t flags,
+                         uint16_t type, uint32_t len) {
+  h->magic = nbd_be32(NBD_STRUCTURED_REPLY_MAGIC);
+  h->flags = nbd_be16(flags);
+  h->type = nbd_be16(type);
+  h->cookie = cookie;
+  h->length = nbd_be32(len);
+}
+
+/* An error: a structured ERROR chunk when negotiated (carries a message),
+ * else a simple reply. */
+static int reply_error(struct conn *c, const struct request *r, uint64_t cookie, uint32_t err) {
+  if (!c->structured) return reply_simple(c, cookie, err, NULL, 0);
+  static const char *const names[] = {[NBD_CMD_READ] = "read", [NBD_CMD_WRITE] = "write",
+                                      [NBD_CMD_FLUSH] = "flush", [NBD_CMD_TRIM] = "trim",
+                                      [NBD_CMD_CACHE] = "cache", [NBD_CMD_WRITE_ZEROES] = "zero",
+                                      [NBD_CMD_BLOCK_STATUS] = "block status"};
+  char msg[160];
+  const char *what = r->type < sizeof names / sizeof names[0] && names[r->type]
+                         ? names[r->type]
+                         : "unknown command";
+  int n = snprintf(msg, sizeof msg, "%s at %llu+%u: %s", what, (unsigned long long)r->offset,
+                   r->count, strerror((int)err));
+  if (n < 0) n = 0;
+  if ((size_t)n >= sizeof msg) n = sizeof msg - 1;
+  struct nbd_structured_reply h;
+  struct nbd_chunk_error e = {.error = nbd_be32(err), .len = nbd_be16((uint16_t)n)};
+  chunk_header(&h, cookie, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR,
+               (uint32_t)(sizeof e + (size_t)n));
+  struct iovec iov[3] = {{&h, sizeof h}, {&e, sizeof e}, {msg, (size_t)n}};
+  return send_locked(c, iov, 3);
+}
+
+/* ---- commands ------------------------------------------------------- */
+
+/* READ with structured replies: holes (depth 0) go out as OFFSET_HOLE
+ * chunks without touching the disk; everything is read before the first
+ * chunk is sent, so an error can still be reported cleanly. */
+static int do_read_structured(struct worker *w, const struct request *r, uint64_t cookie) {
+  struct conn *c = w->c;
+  struct ploop_disk *disk = c->exp.disk;
+  enum { MAXCH = 64 };
+  struct ploop_extent *ext = w->ext;
+  int n = 0;
+  if (!(r->flags & NBD_CMD_FLAG_DF)) {
+    n = ploop_disk_block_status(disk, r->offset, r->count, ext, MAXCH);
+    if (n < 0) n = 0; /* no map: read it all as data */
+  }
+  /* Normalise to extents covering exactly the request, data where unknown. */
+  uint64_t pos = r->offset, end = r->offset + r->count;
+  int m = 0;
+  for (int i = 0; i < n && pos < end; i++) {
+    if (ext[i].offset != pos || ext[i].length == 0) break;
+    uint64_t len = ext[i].length < end - pos ? ext[i].length : end - pos;
+    bool hole = ext[i].depth == 0;
+    if (m > 0 && (ext[m - 1].depth == 0) == hole) {
+      ext[m - 1].length += len;
+    } else {
+      ext[m] = (struct ploop_extent){pos, len, hole ? 0 : 1};
+      m++;
+    }
+    pos += len;
+  }
+  if (pos < end) {
+    if (m > 0 && ext[m - 1].depth != 0) {
+      ext[m - 1].length += end - pos;
+    } else {
+      ext[m] = (struct ploop_extent){pos, end - pos, 1};
+      m++;
+    }
+  }
+  for (int i = 0; i < m; i++) {
+    if (ext[i].depth == 0) continue;
+    uint8_t *dst = w->buf + (ext[i].offset - r->offset);
+    if (ploop_disk_pread(disk, dst, ext[i].length, ext[i].offset) < 0) {
+      nbd_debug("read %llu+%llu: %s", (unsigned long long)ext[i].offset,
+                (unsigned long long)ext[i].length, ploop_get_error());
+      return reply_error(c, r, cookie, nbd_errno(ploop_get_errno()));
+    }
+  }
+  /* Up to 3 iovecs per chunk; send in batches to keep the wlock short. */
+  /* M <= MAXCH + 1: the tail the map did not cover adds one extent. */
+  struct iovec iov[3 * (MAXCH + 1)];
+  struct nbd_structured_reply hdr[MAXCH + 1];
+  struct nbd_chunk_offset_hole holes[MAXCH + 1];
+  uint64_t offs[MAXCH + 1];
+  int k = 0;
+  for (int i = 0; i < m; i++) {
+    uint16_t fl = i == m - 1 ? NBD_REPLY_FLAG_DONE : 0;
+    if (ext[i].depth == 0) {
+      holes[i].offset = nbd_be64(ext[i].offset);
+      holes[i].length = nbd_be32((uint32_t)ext[i].length);
+      chunk_header(&hdr[i], cookie, fl, NBD_REPLY_TYPE_OFFSET_HOLE, sizeof holes[i]);
+      iov[k++] = (struct iovec){&hdr[i], sizeof hdr[i]};
+      iov[k++] = (struct iovec){&holes[i], sizeof holes[i]};
+    } else {
+      offs[i] = nbd_be64(ext[i].offset);
+      chunk_header(&hdr[i], cookie, fl, NBD_REPLY_TYPE_OFFSET_DATA,
+                   (uint32_t)(8 + ext[i].length));
+      iov[k++] = (struct iovec){&hdr[i], sizeof hdr[i]};
+      iov[k++] = (struct iovec){&offs[i], 8};
+      iov[k++] = (struct iovec){w->buf + (ext[i].offset - r->offset), ext[i].length};
+    }
+  }
+  return send_locked(c, iov, k);
+}
+
+static int do_read(struct worker *w, const struct request *r, uint64_t cookie) {
+  struct conn *c = w->c;
+  if (c->structured) return do_read_structured(w, r, cookie);
+  if (ploop_disk_pread(c->exp.disk, w->buf, r->count, r->offset) < 0) {
+    nbd_debug("read: %s", ploop_get_error());
+    return reply_simple(c, cookie, nbd_errno(ploop_get_errno()), NULL, 0);
+  }
+  return reply_simple(c, cookie, 0, w->buf, r->count);
+}
+
+/* One BLOCK_STATUS chunk per selected context; extents of equal status
+ * merged; with REQ_ONE exactly one descriptor. */
+static int do_block_status(struct worker *w, const struct request *r, uint64_t cookie) {
+  struct conn *c = w->c;
+  bool one = r->flags & NBD_CMD_FLAG_REQ_ONE;
+  int n = ploop_disk_block_status(c->exp.disk, r->offset, r->count, w->ext,
+                                  one ? 1 : NBD_MAX_EXTENTS);
+  if (n <= 0) {
+    nbd_debug("block status: %s", ploop_get_error());
+    return reply_error(c, r, cookie, n < 0 ? nbd_errno(ploop_get_errno()) : NBD_EIO);
+  }
+  /* Two contexts share the descriptor array: base first half, depth second. */
+  struct nbd_block_descriptor *d[2] = {w->desc, w->desc + NBD_MAX_EXTENTS};
+  unsigned nd[2] = {0, 0};
+  uint64_t end = r->offset + r->count, pos = r->offset;
+  for (int i = 0; i < n && pos < end; i++) {
+    if (w->ext[i].offset != pos || w->ext[i].length == 0) break;
+    uint64_t len = w->ext[i].length < end - pos ? w->ext[i].length : end - pos;
+    uint32_t st[2] = {w->ext[i].depth == 0 ? NBD_STATE_HOLE | NBD_STATE_ZERO : 0,
+                      w->ext[i].depth};
+    for (int k = 0; k < 2; k++) {
+      if (nd[k] > 0 && d[k][nd[k] - 1].status_flags == st[k]) {
+        d[k][nd[k] - 1].length += (uint32_t)len; /* total <= count < 2^32 */
+      } else {
+        d[k][nd[k]].length = (uint32_t)len;
+        d[k][nd[k]].status_flags = st[k];
+        nd[k]++;
+      }
+    }
+    pos += len;
+    if (one) break;
+  }
+  if (nd[0] == 0) return reply_error(c, r, cookie, NBD_EIO);
+
+  struct nbd_structured_reply h[2];
+  uint32_t ids[2] = {nbd_be32(META_ID_BASE_ALLOCATION), nbd_be32(META_ID_ALLOCATION_DEPTH)};
+  bool sel[2] = {c->meta_base, c->meta_depth};
+  struct iovec iov[6];
+  int k = 0, last = sel[1] ? 1 : 0;
+  for (int x = 0; x < 2; x++) {
+    if (!sel[x]) continue;
+    for (unsigned i = 0; i < nd[x]; i++) {
+      d[x][i].length = nbd_be32(d[x][i].length);
+      d[x][i].status_flags = nbd_be32(d[x][i].status_flags);
+    }
+    size_t bytes = nd[x] * sizeof(struct nbd_block_descriptor);
+    chunk_header(&h[x], cookie, x == last ? NBD_REPLY_FLAG_DONE : 0, NBD_REPLY_TYPE_BLOCK_STATUS,
+                 (uint32_t)(4 + bytes));
+    iov[k++] = (struct iovec){&h[x], sizeof h[x]};
+    iov[k++] = (struct iovec){&ids[x], 4};
+    iov[k++] = (struct iovec){d[x], bytes};
+  }
+  return send_locked(c, iov, k);
+}
+
+/* Runs a validated request and sends its reply. */
+static int execute(struct worker *w, const struct request *r, uint64_t cookie) {
+  struct conn *c = w->c;
+  struct ploop_disk *disk = c->exp.disk;
+  bool fua = r->flags & NBD_CMD_FLAG_FUA;
+  int rc = 0;
+  switch (r->type) {
+  case NBD_CMD_READ:
+    return do_read(w, r, cookie);
+  case NBD_CMD_BLOCK_STATUS:
+    return do_block_status(w, r, cookie);
+  case NBD_CMD_WRITE:
+    rc = ploop_disk_pwrite(disk, w->buf, r->count, r->offset, fua ? PLOOP_WRITE_FUA : 0);
+    break;
+  case NBD_CMD_FLUSH:
+    rc = ploop_disk_flush(disk);
+    break;
+  case NBD_CMD_TRIM:
+    rc = ploop_disk_discard(disk, r->offset, r->count);
+    if (rc == 0 && fua) rc = ploop_disk_flush(disk);
+    break;
+  case NBD_CMD_WRITE_ZEROES: {
+    unsigned f = (r->flags & NBD_CMD_FLAG_NO_HOLE ? PLOOP_ZERO_NO_HOLE : 0) |
+                 (r->flags & NBD_CMD_FLAG_FAST_ZERO ? PLOOP_ZERO_FAST : 0);
+    rc = ploop_disk_write_zeroes(disk, r->offset, r->count, f);
+    if (rc == 0 && fua) rc = ploop_disk_flush(disk);
+    break;
+  }
+  case NBD_CMD_CACHE:
+    /* Advisory; the disk is read with O_DIRECT, so there is no cache to fill. */
+    break;
+  }
+  if (rc < 0) {
+    int e = ploop_get_errno();
+    /* FAST_ZERO's ENOTSUP is an expected answer, not a failure worth logging. */
+    if (!(r->type == NBD_CMD_WRITE_ZEROES && e == ENOTSUP))
+      nbd_log("%s: request %u at %llu+%u failed: %s", c->exp.de->name, r->type,
+              (unsigned long long)r->offset, r->count, ploop_get_error());
+    uint32_t err = nbd_errno(e);
+    if (err == NBD_ENOTSUP && !(r->flags & NBD_CMD_FLAG_FAST_ZERO)) err = NBD_EIO;
+    return reply_error(c, r, cookie, err);
+  }
+  return reply_simple(c, cookie, 0, NULL, 0);
+}
+
+/* ---- request threads ------------------------------------------------ */
+
+static void *worker_thread(void *arg);
+
+/* Another thread joins when every existing one is busy, up to the limit:
+ * a client with one request in flight costs one thread, QD32 gets more. */
+static void maybe_spawn(struct conn *c) {
+  if (atomic_load(&c->idle) > 0 || atomic_load(&c->closing)) return;
+  pthread_mutex_lock(&c->wk_lock);
+  unsigned max = g_cfg.max_workers < CONN_MAX_WORKERS ? g_cfg.max_workers : CONN_MAX_WORKERS;
+  if (!c->no_more_workers && c->nworkers < max) {
+    if (pthread_create(&c->workers[c->nworkers], NULL, worker_thread, c) == 0) c->nworkers++;
+  }
+  pthread_mutex_unlock(&c->wk_lock);
+}
+
+static void set_reader(struct conn *c, bool on) {
+  pthread_mutex_lock(&c->wk_lock);
+  c->reader = pthread_self();
+  atomic_store(&c->reader_valid, on);
+  pthread_mutex_unlock(&c->wk_lock);
+}
+
+static void worker_loop(struct conn *c) {
+  struct worker w = {.c = c};
+  if (posix_memalign((void **)&w.buf, 4096, NBD_MAX_PAYLOAD) != 0 ||
+      !(w.ext = calloc(NBD_MAX_EXTENTS, sizeof *w.ext)) ||
+      !(w.desc = calloc(2 * NBD_MAX_EXTENTS, sizeof *w.desc))) {
+    nbd_log("out of memory for a request thread");
+    atomic_store(&c->closing, true);
+    goto out;
+  }
+  for (;;) {
+    atomic_fetch_add(&c->idle, 1);
+    pthread_mutex_lock(&c->rlock);
+    atomic_fetch_sub(&c->idle, 1);
+    if (atomic_load(&c->closing)) {
+      pthread_mutex_unlock(&c->rlock);
+      break;
+    }
+    set_reader(c, true);
+    struct nbd_request raw;
+    int rr = conn_read(c, &raw, sizeof raw);
+    struct request r = {
+        .flags = nbd_h16(raw.flags),
+        .type = nbd_h16(raw.type),
+        .cookie = raw.cookie,
+        .offset = nbd_h64(raw.offset),
+        .count = nbd_h32(raw.count),
+    };
+    uint32_t err = 0;
+    if (rr == 0 && nbd_h32(raw.magic) != NBD_REQUEST_MAGIC) {
+      nbd_debug("bad request magic 0x%08x; dropping client", nbd_h32(raw.magic));
+      rr = -1;
+    }
+    if (rr == 0 && r.type == NBD_CMD_DISC) rr = -1; /* no reply; finish in-flight, close */
+    if (rr == 0) {
+      err = validate_request(c, &r, ploop_disk_size(c->exp.disk));
+      /* A write's payload follows its header whatever we think of it. */
+      if (r.type == NBD_CMD_WRITE)
+        rr = err == 0 ? conn_read(c, w.buf, r.count) : conn_discard(c, r.count);
+    }
+    set_reader(c, false);
+    if (rr < 0) {
+      atomic_store(&c->closing, true);
+      pthread_mutex_unlock(&c->rlock);
+      break;
+    }
+    pthread_mutex_unlock(&c->rlock);
+    maybe_spawn(c);
+
+    uint64_t cookie = raw.cookie; /* echoed as sent, never byte-swapped */
+    if (err) {
+      nbd_debug("request %u at %llu+%u rejected: error %u", r.type,
+                (unsigned long long)r.offset, r.count, err);
+      reply_error(c, &r, cookie, err);
+    } else {
+      execute(&w, &r, cookie);
+    }
+  }
+out:
+  free(w.buf);
+  free(w.ext);
+  free(w.desc);
+}
+
+static void *worker_thread(void *arg) {
+  /* Shutdown is handled by the main thread; request threads only take the
+   * wake-up signal that interrupts a blocked read. */
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGTERM);
+  sigaddset(&s, SIGINT);
+  sigaddset(&s, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &s, NULL);
+  worker_loop(arg);
+  return NULL;
+}
+
+void transmission(struct conn *c) {
+  worker_loop(c);
+  pthread_mutex_lock(&c->wk_lock);
+  c->no_more_workers = true;
+  unsigned n = c->nworkers;
+  pthread_mutex_unlock(&c->wk_lock);
+  for (unsigned i = 0; i < n; i++) pthread_join(c->workers[i], NULL);
+}
