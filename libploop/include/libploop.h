@@ -41,6 +41,9 @@ enum ploop_status {
 };
 /* Class of the last error in this thread (an enum ploop_status). */
 int ploop_get_status(void);
+/* For layers built on libploop (NBD server, attach): record an error in the
+ * same per-thread slot so callers print one line. Returns -1. */
+int ploop_set_error(int status, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- constants ------------------------------------------------------ */
 
@@ -233,6 +236,11 @@ int ploop_snapshot_merge(const char *dir_or_xml, const char *guid, bool all,
 int ploop_disk_merge(struct ploop_disk *disk, const char *guid, bool all,
                      ploop_progress_fn progress, void *opaque);
 int ploop_snapshot_switch(const char *dir_or_xml, const char *guid);
+
+/* Compaction of an open read-write disk: moves the top delta's tail
+ * clusters into holes left by discards (data made durable before the BAT
+ * entry moves), then truncates the file. Serialised against in-flight I/O. */
+int ploop_disk_compact(struct ploop_disk *disk, uint64_t *bytes_reclaimed);
 
 /* ---- resize, convert ------------------------------------------------ */
 

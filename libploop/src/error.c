@@ -25,6 +25,18 @@ int ploop_error(int status, int err, const char *fmt, ...)
   return -1;
 }
 
+int ploop_set_error(int status, int err, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(error_msg, sizeof error_msg, fmt, ap);
+  va_end(ap);
+  error_status = status;
+  error_errno = err;
+  errno = err;
+  return -1;
+}
+
 int ploop_error_wrap(const char *fmt, ...)
 {
   char prefix[512], old[sizeof error_msg];

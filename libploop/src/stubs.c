@@ -11,3 +11,4 @@ int ploop_resize(const char *d, uint64_t b, unsigned f) { return NOTYET("resize"
 int ploop_disk_resize(struct ploop_disk *disk, uint64_t b, unsigned f) { return NOTYET("resize"); }
 int ploop_convert_version(const char *d, int v) { return NOTYET("convert"); }
 int ploop_convert_format(const char *d, bool r) { return NOTYET("convert"); }
+int ploop_disk_compact(struct ploop_disk *disk, uint64_t *b) { return NOTYET("compact"); }
