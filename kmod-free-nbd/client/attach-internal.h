@@ -1,0 +1,21 @@
+/* Helpers shared by attach.c, attach-online.c and attach-fs.c (not installed). */
+#ifndef PLOOP_ATTACH_INTERNAL_H
+#define PLOOP_ATTACH_INTERNAL_H
+
+#include "attach.h"
+/* ploop_error(): attach reports failures through libploop's error state so
+ * the CLI prints them like any library error (public setter requested). */
+#include "internal.h"
+
+/* Runs ARGV (argv[0] looked up in PATH plus /sbin:/usr/sbin), waits.  Returns
+ * the exit status (0..255), or -1 with an error set when it could not run.
+ * The last non-empty line the program printed goes into MSG (may be NULL). */
+int attach_run(char *const argv[], char *msg, size_t msglen);
+
+/* Lookup of the state of one attachment (by disk dir, mount point, device). */
+int attach_state_find(const char *what, struct ploop_attach_info *out);
+
+/* The filesystem type mounted on MOUNT_POINT, "" if it is not a mount point. */
+void attach_mounted_fstype(const char *mount_point, char *type, size_t len);
+
+#endif

@@ -1,0 +1,186 @@
+/* Online operations on an attached disk, through the daemon's control
+ * socket: a snapshot consistent with the mounted filesystem (FIFREEZE),
+ * resize with loop capacity refresh and filesystem grow, and compaction
+ * (FITRIM, then the daemon moves tail clusters into the holes). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/fs.h>
+#include <linux/loop.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "attach-internal.h"
+#include "control.h"
+
+/* The attachment WHAT names, which must be the live read-write top. */
+static int find_writable(const char *what, const char *verb, struct ploop_attach_info *i)
+{
+  if (attach_state_find(what, i) < 0)
+    return -1;
+  if (!i->daemon_alive)
+    return ploop_error(PLOOP_ERR_IO, ESRCH,
+                       "%s: %s: the serving daemon is gone; run `ploop umount` and `ploop check -r`",
+                       i->disk_dir, verb);
+  if (i->readonly || i->snapshot_guid[0])
+    return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: %s: attached read-only", i->disk_dir, verb);
+  return 0;
+}
+
+static int ctl_failed(const struct ploop_attach_info *i, const char *verb)
+{
+  int e = errno ? errno : EIO;
+  return ploop_error(e == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_GENERIC, e, "%s: %s: %s", i->disk_dir,
+                     verb, ploop_ctl_error());
+}
+
+int ploop_attach_snapshot(const char *what, const char *guid, char *guid_out)
+{
+  struct ploop_attach_info i;
+  if (find_writable(what, "snapshot", &i) < 0)
+    return -1;
+  int mfd = -1;
+  if (i.mount_point[0]) {
+    mfd = open(i.mount_point, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (mfd < 0)
+      return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", i.mount_point, strerror(errno));
+    /* Freezing flushes the filesystem and leaves its journal clean, so the
+     * snapshot mounts read-only without a replay. */
+    if (ioctl(mfd, FIFREEZE, 0) < 0) {
+      int e = errno;
+      close(mfd);
+      return ploop_error(PLOOP_ERR_IO, e, "freeze %s: %s", i.mount_point, strerror(e));
+    }
+  }
+  int rc = ploop_ctl_snapshot(i.disk_dir, guid, guid_out);
+  if (rc < 0)
+    ctl_failed(&i, "snapshot");
+  if (mfd >= 0) {
+    if (ioctl(mfd, FITHAW, 0) < 0 && rc == 0)
+      rc = ploop_error(PLOOP_ERR_IO, errno, "thaw %s: %s", i.mount_point, strerror(errno));
+    close(mfd);
+  }
+  return rc;
+}
+
+static int device_bytes(const char *dev, uint64_t *out)
+{
+  int fd = open(dev, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ioctl(fd, BLKGETSIZE64, out) < 0) {
+    int e = errno;
+    if (fd >= 0)
+      close(fd);
+    return ploop_error(PLOOP_ERR_IO, e, "%s: size: %s", dev, strerror(e));
+  }
+  close(fd);
+  return 0;
+}
+
+/* The loop device reads its backing file's size only when told; make the
+ * kernel fetch the FUSE file's new attributes first. */
+static int loop_refresh(const struct ploop_attach_info *i, uint64_t want)
+{
+  char file[PATH_MAX + 16];
+  struct stat st;
+  snprintf(file, sizeof(file), "%s/%s", i->fuse_dir, PLOOP_ATTACH_FUSE_FILE);
+  if (stat(file, &st) < 0)
+    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", file, strerror(errno));
+  if ((uint64_t)st.st_size != want)
+    return ploop_error(PLOOP_ERR_IO, EIO, "%s: size is %jd after resize, expected %" PRIu64, file,
+                       (intmax_t)st.st_size, want);
+  int fd = open(i->device, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", i->device, strerror(errno));
+  int rc = ioctl(fd, LOOP_SET_CAPACITY, 0);
+  int e = errno;
+  close(fd);
+  if (rc < 0)
+    return ploop_error(PLOOP_ERR_IO, e, "%s: set capacity: %s", i->device, strerror(e));
+  uint64_t now;
+  if (device_bytes(i->device, &now) < 0)
+    return -1;
+  if (now != want)
+    return ploop_error(PLOOP_ERR_IO, EIO, "%s: %" PRIu64 " bytes after resize, expected %" PRIu64,
+                       i->device, now, want);
+  return 0;
+}
+
+static int disk_resize(const struct ploop_attach_info *i, uint64_t new_bytes)
+{
+  char reply[64];
+  char cmd[64];
+  snprintf(cmd, sizeof(cmd), "RESIZE %" PRIu64, new_bytes);
+  if (ploop_ctl_command(i->disk_dir, cmd, reply, sizeof(reply)) < 0)
+    return ctl_failed(i, "resize");
+  uint64_t got = strtoull(reply, NULL, 10);
+  return loop_refresh(i, got ? got : new_bytes);
+}
+
+int ploop_attach_resize(const char *what, uint64_t new_bytes)
+{
+  struct ploop_attach_info i;
+  if (find_writable(what, "resize", &i) < 0)
+    return -1;
+  uint64_t cur;
+  if (device_bytes(i.device, &cur) < 0)
+    return -1;
+  if (new_bytes == cur)
+    return 0;
+  char fstype[32];
+  if (i.fstype[0])
+    snprintf(fstype, sizeof(fstype), "%s", i.fstype);
+  else if (ploop_fs_probe(i.device, fstype, sizeof(fstype)) < 0)
+    fstype[0] = 0; /* a bare device: just the disk */
+
+  if (new_bytes > cur) {
+    if (disk_resize(&i, new_bytes) < 0)
+      return -1;
+    if (!fstype[0])
+      return 0;
+    if (i.mount_point[0])
+      return ploop_fs_grow_online(i.mount_point, i.device, fstype);
+    return ploop_fs_resize_offline(i.device, fstype, new_bytes);
+  }
+  if (i.mount_point[0])
+    return ploop_error(PLOOP_ERR_BUSY, EBUSY,
+                       "%s: cannot shrink a mounted %s filesystem; umount it and resize offline",
+                       i.disk_dir, fstype[0] ? fstype : "");
+  /* Shrink: the filesystem first, so nothing lives past the new end. */
+  if (fstype[0] && ploop_fs_resize_offline(i.device, fstype, new_bytes) < 0)
+    return -1;
+  return disk_resize(&i, new_bytes);
+}
+
+int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaimed)
+{
+  struct ploop_attach_info i;
+  if (find_writable(what, "compact", &i) < 0)
+    return -1;
+  if (trimmed)
+    *trimmed = 0;
+  if (reclaimed)
+    *reclaimed = 0;
+  if (i.mount_point[0]) {
+    int fd = open(i.mount_point, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+      return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", i.mount_point, strerror(errno));
+    struct fstrim_range r = {.start = 0, .len = UINT64_MAX, .minlen = 0};
+    int rc = ioctl(fd, FITRIM, &r);
+    int e = errno;
+    close(fd);
+    if (rc < 0)
+      return ploop_error(PLOOP_ERR_IO, e, "trim %s: %s", i.mount_point, strerror(e));
+    if (trimmed)
+      *trimmed = r.len;
+  }
+  char reply[64];
+  if (ploop_ctl_command(i.disk_dir, "COMPACT", reply, sizeof(reply)) < 0)
+    return ctl_failed(&i, "compact");
+  if (reclaimed)
+    *reclaimed = strtoull(reply, NULL, 10);
+  return 0;
+}

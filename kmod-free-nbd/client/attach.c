@@ -1,0 +1,747 @@
+/* Local attach: spawn ploop-nbd with a FUSE export, bind a loop device with
+ * direct I/O to the FUSE file, mount the filesystem; and the reverse.  Each
+ * attachment's state is a small key=value file under PLOOP_ATTACH_RUN_DIR. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <linux/loop.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attach-internal.h"
+#include "control.h"
+
+#define DAEMON_START_TIMEOUT_MS 15000
+#define DAEMON_STOP_TIMEOUT_MS 60000
+
+/* ---- small helpers ---------------------------------------------------- */
+
+/* Copies with truncation (paths from state files and logs may be long). */
+static void copy_field(char *dst, size_t len, const char *v)
+{
+  size_t n = strnlen(v, len - 1);
+  memcpy(dst, v, n);
+  dst[n] = 0;
+}
+
+static void sleep_ms(unsigned ms)
+{
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static uint64_t fnv1a(const char *s, uint64_t h)
+{
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* Resolves DIR_OR_XML to the absolute directory of its DiskDescriptor.xml. */
+static int resolve_disk_dir(const char *dir_or_xml, char *out)
+{
+  char tmp[PATH_MAX];
+  struct stat st;
+  if (stat(dir_or_xml, &st) < 0)
+    return ploop_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", dir_or_xml, strerror(errno));
+  snprintf(tmp, sizeof(tmp), "%s", dir_or_xml);
+  const char *dir = S_ISDIR(st.st_mode) ? tmp : dirname(tmp);
+  if (!realpath(dir, out))
+    return ploop_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", dir_or_xml, strerror(errno));
+  char xml[PATH_MAX + 32];
+  snprintf(xml, sizeof(xml), "%s/%s", out, PLOOP_DESCRIPTOR_NAME);
+  if (access(xml, R_OK) < 0)
+    return ploop_error(PLOOP_ERR_NOTFOUND, errno, "%s: no %s there", out, PLOOP_DESCRIPTOR_NAME);
+  return 0;
+}
+
+struct paths {
+  char id[17];
+  char state[PATH_MAX];
+  char fuse_dir[PATH_MAX];
+  char socket[PATH_MAX];
+  char pid_file[PATH_MAX];
+  char log[PATH_MAX];
+};
+
+static void make_paths(const char *disk_dir, const char *guid, struct paths *p)
+{
+  uint64_t h = fnv1a(guid, fnv1a("\n", fnv1a(disk_dir, 0xcbf29ce484222325ull)));
+  snprintf(p->id, sizeof(p->id), "%016llx", (unsigned long long)h);
+  snprintf(p->state, sizeof(p->state), "%s/%s.state", PLOOP_ATTACH_RUN_DIR, p->id);
+  snprintf(p->fuse_dir, sizeof(p->fuse_dir), "%s/%s.fuse", PLOOP_ATTACH_RUN_DIR, p->id);
+  snprintf(p->pid_file, sizeof(p->pid_file), "%s/%s.pid", PLOOP_ATTACH_RUN_DIR, p->id);
+  snprintf(p->log, sizeof(p->log), "%s/%s.log", PLOOP_ATTACH_RUN_DIR, p->id);
+  /* The live top answers on the disk's well-known control socket (so that
+   * `ploop snapshot DIR` finds it); a snapshot's daemon gets a private one. */
+  if (guid[0] || ploop_ctl_socket_path(disk_dir, p->socket, sizeof(p->socket)) < 0)
+    snprintf(p->socket, sizeof(p->socket), "%s/%s.ctl", PLOOP_ATTACH_RUN_DIR, p->id);
+}
+
+static int mkdir_p(const char *path)
+{
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof(tmp), "%s", path);
+  for (char *s = tmp + 1; *s; s++) {
+    if (*s != '/')
+      continue;
+    *s = 0;
+    if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+      return ploop_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", tmp, strerror(errno));
+    *s = '/';
+  }
+  if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+    return ploop_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", tmp, strerror(errno));
+  return 0;
+}
+
+/* One attach/umount at a time on this host: they share loop devices and
+ * the state directory.  Returns the lock fd. */
+static int lock_state_dir(void)
+{
+  if (mkdir_p(PLOOP_ATTACH_RUN_DIR) < 0)
+    return -1;
+  int fd = open(PLOOP_ATTACH_RUN_DIR "/.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return ploop_error(PLOOP_ERR_IO, errno, "%s/.lock: %s", PLOOP_ATTACH_RUN_DIR, strerror(errno));
+  while (flock(fd, LOCK_EX) < 0) {
+    if (errno != EINTR) {
+      int e = errno;
+      close(fd);
+      return ploop_error(PLOOP_ERR_IO, e, "lock %s: %s", PLOOP_ATTACH_RUN_DIR, strerror(e));
+    }
+  }
+  return fd;
+}
+
+static void unlock_state_dir(int fd)
+{
+  if (fd >= 0)
+    close(fd);
+}
+
+static bool is_mount_point(const char *path)
+{
+  char type[32];
+  attach_mounted_fstype(path, type, sizeof(type));
+  return type[0] != 0;
+}
+
+/* ---- state files ------------------------------------------------------ */
+
+static int state_write(const char *path, const struct ploop_attach_info *i)
+{
+  char tmp[PATH_MAX + 8];
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  FILE *f = fopen(tmp, "we");
+  if (!f)
+    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", tmp, strerror(errno));
+  fprintf(f,
+          "disk_dir=%s\nsnapshot=%s\ndevice=%s\nkind=%s\nfuse_dir=%s\nmount_point=%s\n"
+          "fstype=%s\ncontrol_socket=%s\npid=%d\nreadonly=%d\n",
+          i->disk_dir, i->snapshot_guid, i->device, i->kind, i->fuse_dir, i->mount_point,
+          i->fstype, i->control_socket, (int)i->daemon_pid, i->readonly ? 1 : 0);
+  if (fflush(f) != 0 || fsync(fileno(f)) < 0) {
+    int e = errno;
+    fclose(f);
+    unlink(tmp);
+    return ploop_error(PLOOP_ERR_IO, e, "%s: %s", tmp, strerror(e));
+  }
+  fclose(f);
+  if (rename(tmp, path) < 0) {
+    int e = errno;
+    unlink(tmp);
+    return ploop_error(PLOOP_ERR_IO, e, "rename %s: %s", tmp, strerror(e));
+  }
+  return 0;
+}
+
+
+/* True when PID runs ploop-nbd (a pid file may outlive its process). */
+static bool daemon_alive(pid_t pid)
+{
+  if (pid <= 0 || kill(pid, 0) < 0)
+    return false;
+  char link[64], exe[PATH_MAX];
+  snprintf(link, sizeof(link), "/proc/%d/exe", (int)pid);
+  ssize_t n = readlink(link, exe, sizeof(exe) - 1);
+  if (n <= 0)
+    return false; /* a zombie has no exe any more */
+  exe[n] = 0;
+  const char *base = strrchr(exe, '/');
+  base = base ? base + 1 : exe;
+  return strncmp(base, "ploop-nbd", 9) == 0;
+}
+
+static int state_read(const char *path, struct ploop_attach_info *i)
+{
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return ploop_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", path, strerror(errno));
+  memset(i, 0, sizeof(*i));
+  char line[PATH_MAX + 64];
+  while (fgets(line, sizeof(line), f)) {
+    line[strcspn(line, "\n")] = 0;
+    char *eq = strchr(line, '=');
+    if (!eq)
+      continue;
+    *eq = 0;
+    const char *k = line, *v = eq + 1;
+    if (!strcmp(k, "disk_dir"))
+      copy_field(i->disk_dir, sizeof(i->disk_dir), v);
+    else if (!strcmp(k, "snapshot"))
+      copy_field(i->snapshot_guid, sizeof(i->snapshot_guid), v);
+    else if (!strcmp(k, "device"))
+      copy_field(i->device, sizeof(i->device), v);
+    else if (!strcmp(k, "kind"))
+      copy_field(i->kind, sizeof(i->kind), v);
+    else if (!strcmp(k, "fuse_dir"))
+      copy_field(i->fuse_dir, sizeof(i->fuse_dir), v);
+    else if (!strcmp(k, "mount_point"))
+      copy_field(i->mount_point, sizeof(i->mount_point), v);
+    else if (!strcmp(k, "fstype"))
+      copy_field(i->fstype, sizeof(i->fstype), v);
+    else if (!strcmp(k, "control_socket"))
+      copy_field(i->control_socket, sizeof(i->control_socket), v);
+    else if (!strcmp(k, "pid"))
+      i->daemon_pid = (pid_t)atoi(v);
+    else if (!strcmp(k, "readonly"))
+      i->readonly = atoi(v) != 0;
+  }
+  fclose(f);
+  i->daemon_alive = daemon_alive(i->daemon_pid);
+  return 0;
+}
+
+int ploop_attach_list(struct ploop_attach_info **out, size_t *n)
+{
+  *out = NULL;
+  *n = 0;
+  DIR *d = opendir(PLOOP_ATTACH_RUN_DIR);
+  if (!d)
+    return errno == ENOENT ? 0
+                           : ploop_error(PLOOP_ERR_IO, errno, "%s: %s", PLOOP_ATTACH_RUN_DIR,
+                                         strerror(errno));
+  struct dirent *e;
+  size_t cap = 0;
+  while ((e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    if (len < 7 || strcmp(e->d_name + len - 6, ".state") != 0)
+      continue;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 8;
+      struct ploop_attach_info *p = realloc(*out, cap * sizeof(**out));
+      if (!p) {
+        closedir(d);
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+      }
+      *out = p;
+    }
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", PLOOP_ATTACH_RUN_DIR, e->d_name);
+    if (state_read(path, &(*out)[*n]) == 0)
+      (*n)++;
+  }
+  closedir(d);
+  return 0;
+}
+
+/* WHAT: a device node, a mount point, a disk directory or its XML.  A disk
+ * with several attachments (top + snapshots) resolves to its top. */
+int attach_state_find(const char *what, struct ploop_attach_info *out)
+{
+  struct ploop_attach_info *all;
+  size_t n;
+  if (ploop_attach_list(&all, &n) < 0)
+    return -1;
+  char real[PATH_MAX] = "", dir[PATH_MAX] = "";
+  struct stat st;
+  bool is_dev = stat(what, &st) == 0 && S_ISBLK(st.st_mode);
+  if (!realpath(what, real))
+    snprintf(real, sizeof(real), "%s", what);
+  if (!is_dev && stat(what, &st) == 0) {
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", real);
+    snprintf(dir, sizeof(dir), "%s", S_ISDIR(st.st_mode) ? real : dirname(tmp));
+  }
+  ssize_t found = -1;
+  for (size_t k = 0; k < n && found < 0; k++)
+    if ((all[k].mount_point[0] && strcmp(all[k].mount_point, real) == 0) ||
+        (all[k].device[0] && strcmp(all[k].device, real) == 0))
+      found = (ssize_t)k;
+  for (size_t k = 0; k < n && found < 0; k++)
+    if (dir[0] && strcmp(all[k].disk_dir, dir) == 0 && !all[k].snapshot_guid[0])
+      found = (ssize_t)k;
+  for (size_t k = 0; k < n && found < 0; k++)
+    if (dir[0] && strcmp(all[k].disk_dir, dir) == 0)
+      found = (ssize_t)k;
+  if (found >= 0)
+    *out = all[found];
+  free(all);
+  if (found < 0)
+    return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: not attached", what);
+  return 0;
+}
+
+int ploop_attach_find(const char *what, struct ploop_attach_info *out)
+{
+  return attach_state_find(what, out);
+}
+
+/* ---- the daemon ------------------------------------------------------- */
+
+/* ploop-nbd next to the running binary (one build tree, one install), else
+ * $PLOOP_NBD, else the PATH. */
+static void daemon_path(char *out, size_t len)
+{
+  const char *env = getenv("PLOOP_NBD");
+  if (env && *env) {
+    snprintf(out, len, "%s", env);
+    return;
+  }
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = 0;
+    snprintf(out, len, "%s/ploop-nbd", dirname(self));
+    if (access(out, X_OK) == 0)
+      return;
+  }
+  snprintf(out, len, "ploop-nbd");
+}
+
+static void log_last_line(const char *log, char *msg, size_t len)
+{
+  msg[0] = 0;
+  int fd = open(log, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  char buf[4096];
+  off_t size = lseek(fd, 0, SEEK_END);
+  off_t from = size > (off_t)sizeof(buf) - 1 ? size - (off_t)sizeof(buf) + 1 : 0;
+  ssize_t n = pread(fd, buf, sizeof(buf) - 1, from);
+  close(fd);
+  if (n <= 0)
+    return;
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+    n--;
+  buf[n] = 0;
+  char *start = strrchr(buf, '\n');
+  copy_field(msg, len, start ? start + 1 : buf);
+}
+
+static pid_t read_pid_file(const char *path)
+{
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return -1;
+  int pid = -1;
+  if (fscanf(f, "%d", &pid) != 1)
+    pid = -1;
+  fclose(f);
+  return pid;
+}
+
+/* The FUSE file is ready when it is a regular file on a filesystem other
+ * than the one holding the (still empty) mount point directory. */
+static bool fuse_ready(const char *fuse_dir, dev_t parent_dev)
+{
+  char file[PATH_MAX + 16];
+  struct stat st;
+  snprintf(file, sizeof(file), "%s/%s", fuse_dir, PLOOP_ATTACH_FUSE_FILE);
+  return stat(file, &st) == 0 && S_ISREG(st.st_mode) && st.st_dev != parent_dev;
+}
+
+/* Stops the daemon: SIGTERM lets it flush and clear the in-use mark. */
+static int daemon_stop(pid_t pid)
+{
+  if (!daemon_alive(pid))
+    return 0;
+  if (kill(pid, SIGTERM) < 0 && errno != ESRCH)
+    return ploop_error(PLOOP_ERR_GENERIC, errno, "stop ploop-nbd (pid %d): %s", (int)pid,
+                       strerror(errno));
+  for (unsigned waited = 0; waited < DAEMON_STOP_TIMEOUT_MS; waited += 20) {
+    /* Reap it if it is our own child (attach and umount in one process). */
+    waitpid(pid, NULL, WNOHANG);
+    if (!daemon_alive(pid))
+      return 0;
+    sleep_ms(20);
+  }
+  kill(pid, SIGKILL);
+  return ploop_error(PLOOP_ERR_BUSY, ETIMEDOUT,
+                     "ploop-nbd (pid %d) did not stop in %d s; killed, run `ploop check -r`",
+                     (int)pid, DAEMON_STOP_TIMEOUT_MS / 1000);
+}
+
+static int daemon_start(const char *disk_dir, const struct paths *p, const char *guid,
+                        bool readonly, pid_t *pid_out)
+{
+  char exe[PATH_MAX];
+  daemon_path(exe, sizeof(exe));
+  struct stat parent;
+  if (stat(p->fuse_dir, &parent) < 0)
+    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", p->fuse_dir, strerror(errno));
+  unlink(p->pid_file);
+  char *argv[16];
+  int a = 0;
+  argv[a++] = exe;
+  argv[a++] = "--fuse";
+  argv[a++] = (char *)p->fuse_dir;
+  argv[a++] = "--fuse-name";
+  argv[a++] = PLOOP_ATTACH_FUSE_FILE;
+  argv[a++] = "-U";
+  argv[a++] = (char *)p->socket;
+  argv[a++] = "-d";
+  argv[a++] = "--pid-file";
+  argv[a++] = (char *)p->pid_file;
+  if (readonly)
+    argv[a++] = "-r";
+  if (guid[0]) {
+    argv[a++] = "--snapshot";
+    argv[a++] = (char *)guid;
+  }
+  argv[a++] = (char *)disk_dir;
+  argv[a] = NULL;
+
+  int log = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (log < 0)
+    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", p->log, strerror(errno));
+  pid_t child = fork();
+  if (child < 0) {
+    int e = errno;
+    close(log);
+    return ploop_error(PLOOP_ERR_GENERIC, e, "fork: %s", strerror(e));
+  }
+  if (child == 0) {
+    /* Its own session: the daemon must outlive the CLI and its terminal. */
+    setsid();
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0)
+      dup2(devnull, 0);
+    dup2(log, 1);
+    dup2(log, 2);
+    execvp(argv[0], argv);
+    dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  close(log);
+
+  /* Either the daemon forks and its parent exits once ready (-d), or it
+   * stays in the foreground; both end with the FUSE file in place. */
+  bool child_exited = false;
+  pid_t pid = -1;
+  for (unsigned waited = 0;; waited += 10) {
+    int status;
+    if (!child_exited && waitpid(child, &status, WNOHANG) == child) {
+      child_exited = true;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        char msg[512];
+        log_last_line(p->log, msg, sizeof(msg));
+        pid_t orphan = read_pid_file(p->pid_file);
+        if (orphan > 0)
+          daemon_stop(orphan);
+        return ploop_error(PLOOP_ERR_GENERIC, EIO, "ploop-nbd failed: %s",
+                           msg[0] ? msg : "no message");
+      }
+    }
+    if (fuse_ready(p->fuse_dir, parent.st_dev)) {
+      pid = child_exited ? read_pid_file(p->pid_file) : child;
+      if (pid <= 0)
+        pid = read_pid_file(p->pid_file);
+      if (pid > 0)
+        break;
+    }
+    if (waited >= DAEMON_START_TIMEOUT_MS) {
+      pid_t orphan = child_exited ? read_pid_file(p->pid_file) : child;
+      if (orphan > 0) {
+        kill(orphan, SIGTERM);
+        sleep_ms(200);
+        kill(orphan, SIGKILL);
+        if (!child_exited)
+          waitpid(child, NULL, 0);
+      }
+      umount2(p->fuse_dir, MNT_DETACH);
+      return ploop_error(PLOOP_ERR_GENERIC, ETIMEDOUT,
+                         "ploop-nbd did not export %s in %d s", disk_dir,
+                         DAEMON_START_TIMEOUT_MS / 1000);
+    }
+    sleep_ms(10);
+  }
+  *pid_out = pid;
+  return 0;
+}
+
+/* ---- loop device ------------------------------------------------------ */
+
+static int loop_attach(const char *file, bool readonly, const char *label, char *dev, size_t len)
+{
+  int ffd = open(file, (readonly ? O_RDONLY : O_RDWR) | O_DIRECT | O_CLOEXEC);
+  if (ffd < 0)
+    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", file, strerror(errno));
+  int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+  if (ctl < 0) {
+    int e = errno;
+    close(ffd);
+    return ploop_error(PLOOP_ERR_IO, e, "/dev/loop-control: %s", strerror(e));
+  }
+  int rc = -1;
+  /* Another process may take the free device between GET_FREE and
+   * CONFIGURE: then ask again. */
+  for (int attempt = 0; attempt < 16 && rc < 0; attempt++) {
+    int nr = ioctl(ctl, LOOP_CTL_GET_FREE);
+    if (nr < 0) {
+      ploop_error(PLOOP_ERR_IO, errno, "no free loop device: %s", strerror(errno));
+      break;
+    }
+    snprintf(dev, len, "/dev/loop%d", nr);
+    int lfd = open(dev, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (lfd < 0) {
+      ploop_error(PLOOP_ERR_IO, errno, "%s: %s", dev, strerror(errno));
+      break;
+    }
+    struct loop_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.fd = (unsigned)ffd;
+    /* Direct I/O: the filesystem above has the page cache; the FUSE file
+     * must not keep a second copy of every block. */
+    cfg.info.lo_flags = LO_FLAGS_DIRECT_IO | (readonly ? LO_FLAGS_READ_ONLY : 0);
+    copy_field((char *)cfg.info.lo_file_name, sizeof(cfg.info.lo_file_name), label);
+    if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) {
+      rc = 0;
+    } else if (errno != EBUSY) {
+      ploop_error(PLOOP_ERR_IO, errno, "%s: attach %s: %s", dev, file, strerror(errno));
+      close(lfd);
+      break;
+    }
+    close(lfd);
+  }
+  close(ctl);
+  close(ffd);
+  return rc;
+}
+
+static int loop_detach(const char *dev)
+{
+  int fd = open(dev, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? 0 : ploop_error(PLOOP_ERR_IO, errno, "%s: %s", dev, strerror(errno));
+  int rc = 0;
+  /* ENXIO: nothing bound any more (already detached). */
+  for (int attempt = 0; ioctl(fd, LOOP_CLR_FD) < 0 && errno != ENXIO; attempt++) {
+    if (errno != EBUSY || attempt == 50) {
+      rc = ploop_error(PLOOP_ERR_BUSY, errno, "%s: detach: %s", dev, strerror(errno));
+      break;
+    }
+    sleep_ms(20);
+  }
+  close(fd);
+  return rc;
+}
+
+/* ---- mount ------------------------------------------------------------ */
+
+static int fs_mount(const char *dev, const char *mp, const char *fstype, bool readonly,
+                    unsigned long extra, const char *data)
+{
+  unsigned long flags = extra | (readonly ? MS_RDONLY : 0);
+  if (mount(dev, mp, fstype, flags, data) == 0)
+    return 0;
+  int e = errno;
+  /* A read-only device cannot replay a journal: mount without it (a
+   * snapshot taken under FIFREEZE has a clean journal anyway). */
+  if (readonly && (e == EROFS || e == EINVAL || e == EACCES)) {
+    const char *skip = strncmp(fstype, "ext", 3) == 0 ? "noload"
+                       : strcmp(fstype, "xfs") == 0   ? "norecovery"
+                                                      : NULL;
+    if (skip) {
+      char opts[1024];
+      snprintf(opts, sizeof(opts), "%s%s%s", data ? data : "", data && *data ? "," : "", skip);
+      if (mount(dev, mp, fstype, flags, opts) == 0)
+        return 0;
+    }
+  }
+  return ploop_error(e == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, e, "mount %s (%s) on %s: %s", dev,
+                     fstype, mp, strerror(e));
+}
+
+/* ---- attach / umount -------------------------------------------------- */
+
+/* Undoes what INFO records, newest step first.  Keeps going after a failed
+ * step so that as much as possible is released; returns the first error. */
+static int teardown(struct ploop_attach_info *i, const struct paths *p)
+{
+  int rc = 0;
+  if (i->mount_point[0] && is_mount_point(i->mount_point)) {
+    if (umount2(i->mount_point, 0) < 0)
+      return ploop_error(errno == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, errno,
+                         "umount %s: %s", i->mount_point, strerror(errno));
+  }
+  i->mount_point[0] = 0;
+  if (i->device[0] && loop_detach(i->device) < 0)
+    return -1;
+  i->device[0] = 0;
+  if (i->daemon_pid > 0 && daemon_stop(i->daemon_pid) < 0 && rc == 0)
+    rc = -1;
+  /* A daemon that died leaves its FUSE mount behind ("transport endpoint
+   * is not connected"); a detached unmount always succeeds. */
+  if (i->fuse_dir[0]) {
+    umount2(i->fuse_dir, MNT_DETACH);
+    rmdir(i->fuse_dir);
+  }
+  unlink(p->pid_file);
+  if (i->snapshot_guid[0])
+    unlink(i->control_socket);
+  unlink(p->log);
+  unlink(p->state);
+  return rc;
+}
+
+int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts *o,
+                       struct ploop_attach_info *out)
+{
+  static const struct ploop_attach_opts defaults;
+  if (!o)
+    o = &defaults;
+  struct ploop_attach_info i;
+  memset(&i, 0, sizeof(i));
+  if (!disk_dir_arg)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "mount: no disk given");
+  if (resolve_disk_dir(disk_dir_arg, i.disk_dir) < 0)
+    return -1;
+  if (o->snapshot_guid && ploop_uuid_normalize(o->snapshot_guid, i.snapshot_guid) < 0)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "'%s' is not a snapshot UUID", o->snapshot_guid);
+  i.readonly = o->readonly || i.snapshot_guid[0];
+  if (o->mount_point) {
+    struct stat st;
+    if (!realpath(o->mount_point, i.mount_point) || stat(i.mount_point, &st) < 0)
+      return ploop_error(PLOOP_ERR_NOTFOUND, errno, "mount point %s: %s", o->mount_point,
+                         strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+      return ploop_error(PLOOP_ERR_PARAM, ENOTDIR, "mount point %s is not a directory",
+                         o->mount_point);
+  }
+  snprintf(i.kind, sizeof(i.kind), "fuse+loop");
+  struct paths p;
+  make_paths(i.disk_dir, i.snapshot_guid, &p);
+  snprintf(i.fuse_dir, sizeof(i.fuse_dir), "%s", p.fuse_dir);
+  snprintf(i.control_socket, sizeof(i.control_socket), "%s", p.socket);
+
+  int lock = lock_state_dir();
+  if (lock < 0)
+    return -1;
+  struct ploop_attach_info old;
+  if (access(p.state, F_OK) == 0 && state_read(p.state, &old) == 0) {
+    unlock_state_dir(lock);
+    if (old.daemon_alive)
+      return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s%s%s is already attached as %s%s%s",
+                         i.disk_dir, i.snapshot_guid[0] ? " snapshot " : "", i.snapshot_guid,
+                         old.device, old.mount_point[0] ? " on " : "", old.mount_point);
+    return ploop_error(PLOOP_ERR_BUSY, EBUSY,
+                       "%s: a previous attach died (daemon gone); run `ploop umount %s` first",
+                       i.disk_dir, i.disk_dir);
+  }
+  /* From here on, every step is recorded in I so teardown() can undo it. */
+  int rc = -1;
+  if (mkdir(p.fuse_dir, 0700) < 0 && errno != EEXIST) {
+    ploop_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", p.fuse_dir, strerror(errno));
+    goto fail_nostate;
+  }
+  char want_mp[PATH_MAX];
+  snprintf(want_mp, sizeof(want_mp), "%s", i.mount_point);
+  i.mount_point[0] = 0;
+  if (daemon_start(i.disk_dir, &p, i.snapshot_guid, i.readonly, &i.daemon_pid) < 0)
+    goto fail_nostate;
+  if (state_write(p.state, &i) < 0)
+    goto fail;
+  char file[PATH_MAX + 16];
+  snprintf(file, sizeof(file), "%s/%s", p.fuse_dir, PLOOP_ATTACH_FUSE_FILE);
+  if (loop_attach(file, i.readonly, i.disk_dir, i.device, sizeof(i.device)) < 0) {
+    i.device[0] = 0;
+    goto fail;
+  }
+  if (state_write(p.state, &i) < 0)
+    goto fail;
+  if (want_mp[0]) {
+    if (o->fstype)
+      snprintf(i.fstype, sizeof(i.fstype), "%s", o->fstype);
+    else if (ploop_fs_probe(i.device, i.fstype, sizeof(i.fstype)) < 0)
+      goto fail;
+    if (fs_mount(i.device, want_mp, i.fstype, i.readonly, o->mount_flags, o->mount_data) < 0)
+      goto fail;
+    snprintf(i.mount_point, sizeof(i.mount_point), "%s", want_mp);
+    if (state_write(p.state, &i) < 0)
+      goto fail;
+  }
+  rc = 0;
+  i.daemon_alive = true;
+  if (out)
+    *out = i;
+  unlock_state_dir(lock);
+  return rc;
+
+fail_nostate:
+fail: {
+  /* Keep the first error: teardown may set its own. */
+  char msg[1024];
+  int status = ploop_get_status(), err = ploop_get_errno();
+  snprintf(msg, sizeof(msg), "%s", ploop_get_error());
+  teardown(&i, &p);
+  rmdir(p.fuse_dir);
+  ploop_error(status, err, "%s", msg);
+}
+  unlock_state_dir(lock);
+  return rc;
+}
+
+int ploop_attach_umount(const char *what)
+{
+  if (!what)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "umount: nothing given");
+  int lock = lock_state_dir();
+  if (lock < 0)
+    return -1;
+  struct ploop_attach_info i;
+  if (attach_state_find(what, &i) < 0) {
+    unlock_state_dir(lock);
+    return -1;
+  }
+  struct paths p;
+  make_paths(i.disk_dir, i.snapshot_guid, &p);
+  int rc = teardown(&i, &p);
+  if (rc < 0 && access(p.state, F_OK) == 0)
+    state_write(p.state, &i); /* what is left, for the next try */
+  unlock_state_dir(lock);
+  return rc;
+}
+
+int ploop_attach_format(const char *disk_dir, const char *fstype)
+{
+  struct ploop_attach_info i;
+  if (ploop_attach_mount(disk_dir, NULL, &i) < 0)
+    return -1;
+  int rc = ploop_fs_make(i.device, fstype);
+  char msg[1024];
+  int status = ploop_get_status(), err = ploop_get_errno();
+  snprintf(msg, sizeof(msg), "%s", ploop_get_error());
+  if (ploop_attach_umount(i.disk_dir) < 0)
+    return -1;
+  if (rc < 0)
+    return ploop_error(status, err, "%s", msg);
+  return 0;
+}

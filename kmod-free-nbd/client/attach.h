@@ -1,0 +1,109 @@
+/* Local attach of a ploop disk with no kernel module: the ploop-nbd daemon
+ * serves the disk as one FUSE file, a loop device (direct I/O) binds that
+ * file, and the filesystem on the device is mounted.  Used by the `ploop`
+ * CLI (mount, umount, list, init -t, resize, snapshot, compact) and by
+ * ploop-container.
+ *
+ * Errors follow libploop: -1 is returned and ploop_get_error() holds one
+ * line, ploop_get_status() its class (PLOOP_ERR_BUSY when already attached
+ * or in use, PLOOP_ERR_NOTFOUND when nothing is attached, ...).  A failed
+ * call undoes every step it did: no mount, loop device or daemon is left.
+ *
+ * State of each attachment lives in small files under PLOOP_ATTACH_RUN_DIR
+ * (/run/ploop/attach), so umount/list work from any process.  All calls need
+ * root (mount, loop, FUSE). */
+#ifndef PLOOP_ATTACH_H
+#define PLOOP_ATTACH_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "libploop.h"
+
+#define PLOOP_ATTACH_RUN_DIR "/run/ploop/attach"
+/* Name of the file inside the FUSE mount that carries the disk's bytes. */
+#define PLOOP_ATTACH_FUSE_FILE "disk"
+
+struct ploop_attach_opts {
+  bool readonly;               /* read-only device and mount (forced for snapshots) */
+  const char *snapshot_guid;   /* NULL: the live top; else that snapshot, read-only */
+  const char *mount_point;     /* NULL: attach the device only (for mkfs, fsck) */
+  const char *fstype;          /* NULL: probe the device with libblkid */
+  const char *mount_data;      /* filesystem options, e.g. "noatime,discard"; NULL: none */
+  unsigned long mount_flags;   /* extra MS_* flags (MS_NOSUID, MS_NODEV, ...) */
+};
+
+struct ploop_attach_info {
+  char disk_dir[PATH_MAX];       /* absolute directory of DiskDescriptor.xml */
+  char snapshot_guid[PLOOP_UUID_LEN + 1]; /* "" for the top */
+  char device[64];               /* /dev/loopN (or /dev/nbdN) */
+  char kind[16];                 /* "fuse+loop" or "nbd": how the device is backed */
+  char fuse_dir[PATH_MAX];       /* FUSE mount holding the disk file ("" for nbd) */
+  char mount_point[PATH_MAX];    /* "" when only the device is attached */
+  char fstype[32];               /* "" when not mounted and not probed */
+  char control_socket[PATH_MAX]; /* the daemon's control socket */
+  pid_t daemon_pid;
+  bool readonly;
+  bool daemon_alive;             /* filled by list/find: false after a crash */
+};
+
+/* Attaches DISK_DIR (a directory or its DiskDescriptor.xml) and, when
+ * O->mount_point is set, mounts its filesystem there.  O may be NULL
+ * (read-write top, device only).  OUT (may be NULL) receives the result. */
+int ploop_attach_mount(const char *disk_dir, const struct ploop_attach_opts *o,
+                       struct ploop_attach_info *out);
+
+/* Undoes an attach in reverse: unmounts the filesystem, detaches the loop
+ * device, stops the daemon (SIGTERM, waits for it to close the image cleanly)
+ * and removes its FUSE mount and state.  WHAT is the disk directory (its top
+ * attachment, or its only one), a mount point or the device.  Works after
+ * the daemon died too (the image is then left marked in use: `ploop check -r`). */
+int ploop_attach_umount(const char *what);
+
+/* Finds the attachment WHAT names (as for umount); -1 / PLOOP_ERR_NOTFOUND if none. */
+int ploop_attach_find(const char *what, struct ploop_attach_info *out);
+
+/* Every attachment, in no particular order: *OUT is a malloc'ed array the
+ * caller frees (NULL when none), *N its length. */
+int ploop_attach_list(struct ploop_attach_info **out, size_t *n);
+
+/* Snapshot of an attached read-write disk: freezes its mounted filesystem
+ * (FIFREEZE) so the snapshot is consistent with a clean journal, asks the
+ * daemon to snapshot, thaws.  GUID may be NULL (generated); the new
+ * snapshot's GUID is written to GUID_OUT (PLOOP_UUID_LEN + 1 bytes). */
+int ploop_attach_snapshot(const char *what, const char *guid, char *guid_out);
+
+/* Online resize of an attached read-write disk: grows the disk through the
+ * daemon, refreshes the loop device's capacity and grows the mounted
+ * filesystem (ext4: EXT4_IOC_RESIZE_FS, xfs: xfs_growfs).  Shrinking a
+ * mounted filesystem is refused; shrinking an attached but unmounted ext4
+ * runs e2fsck -f and resize2fs first, then shrinks the disk. */
+int ploop_attach_resize(const char *what, uint64_t new_bytes);
+
+/* Compaction of a mounted read-write disk: FITRIM hands the filesystem's
+ * free space to the disk as discards, then the daemon moves tail clusters
+ * into the holes so the image file shrinks.  *RECLAIMED (may be NULL)
+ * receives the bytes the image file shrank by. */
+int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaimed);
+
+/* ---- filesystem helpers (on a device path) ---------------------------- */
+
+/* mkfs.ext4 / mkfs.xfs on DEVICE; FSTYPE "ext4", "ext3" or "xfs". */
+int ploop_fs_make(const char *device, const char *fstype);
+/* Probes DEVICE's filesystem type with libblkid into TYPE; -1 with
+ * PLOOP_ERR_NOTFOUND when there is none. */
+int ploop_fs_probe(const char *device, char *type, size_t len);
+/* Grows the filesystem mounted on MOUNT_POINT to fill its device. */
+int ploop_fs_grow_online(const char *mount_point, const char *device, const char *fstype);
+/* Offline resize of an unmounted filesystem on DEVICE to NEW_BYTES (ext2/3/4:
+ * e2fsck -f -p, then resize2fs; xfs can only grow, and only when mounted). */
+int ploop_fs_resize_offline(const char *device, const char *fstype, uint64_t new_bytes);
+
+/* Convenience for `ploop init -t FSTYPE`: attaches DISK_DIR without a
+ * mount, makes the filesystem, detaches. */
+int ploop_attach_format(const char *disk_dir, const char *fstype);
+
+#endif
