@@ -1,0 +1,264 @@
+/* run (the monitor), recovery after a dead monitor, stop and exec. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "container.h"
+#include "disk.h"
+#include "error.h"
+#include "launch.h"
+#include "monitor.h"
+#include "util.h"
+
+static void ready(int fd, const char *msg)
+{
+  if (fd < 0)
+    return;
+  if (write(fd, msg, strlen(msg)) < 0) {
+    /* `start` went away: nobody left to tell */
+  }
+  close(fd);
+}
+
+int container_recover(const char *name)
+{
+  struct ct_state st;
+  int have = ct_state_load(name, &st);
+  if (have < 0)
+    return -1;
+  struct ct_cgroup cg;
+  if (cg_init(&cg, name) < 0)
+    return -1;
+  int rc = cg_destroy(&cg);  /* kills anything a dead monitor left running */
+  cg_free(&cg);
+  if (rc < 0)
+    return ct_wrap("clean up %s", name);
+  if (have && !st.kept_mounted) {
+    cleanup_free char *diskdir = ct_path(name, "disk");
+    cleanup_free char *mnt = ct_path(name, "rootfs");
+    if (disk_is_mounted(mnt) && disk_umount(diskdir, mnt) < 0)
+      return ct_wrap("clean up %s", name);
+  }
+  ct_state_remove(name);
+  return 0;
+}
+
+static void save_last_exit(const char *name, int status, uint64_t oom)
+{
+  cleanup_free char *p = ct_path(name, "last-exit");
+  cleanup_free char *s = xasprintf("status=%d\noom_kills=%" PRIu64 "\n", status, oom);
+  write_file_atomic(p, s, strlen(s));
+}
+
+int container_run(const char *name, int lockfd, const struct ct_run_opts *o, char *const *argv,
+                  int ready_fd)
+{
+  (void)lockfd;  /* held for our whole life; released by exit */
+  cleanup_free char *diskdir = ct_path(name, "disk");
+  cleanup_free char *mnt = ct_path(name, "rootfs");
+  struct ct_cgroup cg = {0};
+  bool mounted = false, cg_made = false;
+  sigset_t fwd, old;
+  monitor_signals(&fwd);
+  sigprocmask(SIG_BLOCK, &fwd, &old);
+  if (container_recover(name) < 0)
+    goto fail;
+  bool kept = disk_is_mounted(mnt);
+  if (!kept) {
+    if (disk_mount(diskdir, mnt) < 0)
+      goto fail;
+    mounted = true;
+  }
+  if (cg_init(&cg, name) < 0 || cg_create(&cg, o->memory, o->swap, o->pids) < 0)
+    goto fail;
+  cg_made = true;
+  struct ct_launch l = {
+      .rootfs = mnt, .argv = argv, .hostname = o->hostname[0] ? o->hostname : name,
+      .net = o->net, .userns = o->userns, .tty = !o->detach && isatty(0) && isatty(1), .cg = &cg,
+  };
+  struct ct_process p;
+  if (ct_launch(&l, &p) < 0)
+    goto fail;
+  struct ct_state st = {.monitor_pid = getpid(), .init_pid = p.pid,
+                        .init_start = process_start_time(p.pid), .userns = o->userns,
+                        .kept_mounted = kept, .memory = o->memory, .swap = o->swap, .pids = o->pids};
+  if (ct_state_save(name, &st) < 0) {
+    kill(p.pid, SIGKILL);
+    waitpid(p.pid, NULL, 0);
+    goto fail;
+  }
+  ready(ready_fd, "ok");
+  ready_fd = -1;
+  int status = monitor_wait(p.pid, p.pty_master);
+  if (p.pty_master >= 0)
+    close(p.pty_master);
+  uint64_t oom = 0;
+  cg_oom_kills(&cg, &oom);
+  save_last_exit(name, status, oom);
+  if (oom) {
+    char m[32], s[32];
+    format_size(o->memory, m, sizeof m);
+    format_size(o->swap, s, sizeof s);
+    fprintf(stderr, "ploop-container: %s: out of memory: the kernel OOM-killed %" PRIu64
+                    " process(es) (limit %s RAM + %s swap)\n", name, oom, m, s);
+  }
+  int rc = status;
+  if (cg_destroy(&cg) < 0) {
+    fprintf(stderr, "ploop-container: %s\n", ct_error());
+    rc = rc ? rc : 1;
+  }
+  ct_state_remove(name);
+  if (!kept && disk_umount(diskdir, mnt) < 0) {
+    fprintf(stderr, "ploop-container: %s\n", ct_error());
+    rc = rc ? rc : 1;
+  }
+  cg_free(&cg);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  return rc;
+fail:
+  ct_wrap("run %s", name);
+  if (cg_made)
+    cg_destroy(&cg);
+  cg_free(&cg);
+  if (mounted)
+    disk_umount(diskdir, mnt);
+  ct_state_remove(name);
+  if (ready_fd >= 0) {
+    char msg[1100];
+    snprintf(msg, sizeof msg, "E%s", ct_error());
+    ready(ready_fd, msg);
+  }
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  return -1;
+}
+
+static int running_state(const char *name, struct ct_state *st)
+{
+  if (ct_require(name) < 0)
+    return -1;
+  int have = ct_state_load(name, st);
+  if (have < 0)
+    return -1;
+  if (!have || !ct_state_running(st))
+    return ct_usage("container %s is not running", name);
+  return 0;
+}
+
+static bool alive(const struct ct_state *st) { return ct_state_running(st); }
+
+static void sleep_ms(long ms)
+{
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+int container_stop(const char *name, unsigned timeout_s)
+{
+  struct ct_state st;
+  if (running_state(name, &st) < 0)
+    return -1;
+  struct ct_cgroup cg;
+  if (cg_init(&cg, name) < 0)
+    return -1;
+  bool frozen = false;
+  if (cg_is_frozen(&cg, &frozen) == 0 && frozen)
+    cg_freeze(&cg, false);  /* a frozen task cannot act on SIGTERM */
+  kill(st.init_pid, SIGTERM);
+  for (unsigned i = 0; i < timeout_s * 100 && alive(&st); i++)
+    sleep_ms(10);
+  if (alive(&st)) {
+    cg_kill_all(&cg);
+    kill(st.init_pid, SIGKILL);
+  }
+  cg_free(&cg);
+  /* The monitor cleans up and then drops the lock; wait for that. */
+  cleanup_free char *lockpath = ct_path(name, "lock");
+  cleanup_close int fd = open(lockpath, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return ct_fail(errno, "open %s", lockpath);
+  for (int i = 0; i < 3000; i++) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+      return container_recover(name);  /* no-op unless the monitor died */
+    sleep_ms(10);
+  }
+  return ct_fail(0, "container %s: monitor (pid %d) did not finish cleaning up", name,
+                 (int)st.monitor_pid);
+}
+
+int container_exec(const char *name, char *const *argv)
+{
+  struct ct_state st;
+  if (running_state(name, &st) < 0)
+    return -1;
+  static const char *order[] = {"user", "cgroup", "ipc", "uts", "net", "pid", "mnt"};
+  int fds[7];
+  for (int i = 0; i < 7; i++) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/ns/%s", (int)st.init_pid, order[i]);
+    fds[i] = (i == 0 && !st.userns) ? -1 : open(p, O_RDONLY | O_CLOEXEC);
+    if (fds[i] < 0 && !(i == 0 && !st.userns)) {
+      int saved = errno;
+      for (int j = 0; j < i; j++)
+        if (fds[j] >= 0)
+          close(fds[j]);
+      return ct_fail(saved, "open %s", p);
+    }
+  }
+  struct ct_cgroup cg;
+  int rc = cg_init(&cg, name);
+  if (rc == 0)
+    rc = cg_attach(&cg, 0);  /* host paths: before we enter the mount namespace */
+  cg_free(&cg);
+  for (int i = 0; i < 7; i++) {
+    if (rc == 0 && fds[i] >= 0 && setns(fds[i], 0) < 0)
+      rc = ct_fail(errno, "enter %s namespace of %s", order[i], name);
+    if (fds[i] >= 0)
+      close(fds[i]);
+  }
+  if (rc < 0)
+    return -1;
+  sigset_t fwd;
+  monitor_signals(&fwd);
+  sigprocmask(SIG_BLOCK, &fwd, NULL);
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) < 0)
+    return ct_fail(errno, "pipe");
+  pid_t pid = fork();  /* the pid namespace applies to children only */
+  if (pid < 0)
+    return ct_fail(errno, "fork");
+  if (pid == 0) {
+    close(pipefd[0]);
+    if (chdir("/") < 0 || ct_drop_privileges() < 0) {
+      dprintf(pipefd[1], "%s", ct_error());
+      _exit(127);
+    }
+    static char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                           "HOME=/root", "container=ploop-container", NULL};
+    environ = envp;
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execvp(argv[0], argv);
+    dprintf(pipefd[1], "exec %s: %s", argv[0], strerror(errno));
+    _exit(127);
+  }
+  close(pipefd[1]);
+  char err[1024];
+  ssize_t n = read(pipefd[0], err, sizeof err - 1);
+  close(pipefd[0]);
+  if (n > 0) {
+    err[n] = 0;
+    waitpid(pid, NULL, 0);
+    return ct_fail(0, "%s", err);
+  }
+  return monitor_wait(pid, -1);
+}

@@ -1,0 +1,42 @@
+/* Container operations the verbs call (crun's libcrun layer in miniature):
+ * each one leaves nothing half-made behind when it fails. */
+#ifndef CT_CONTAINER_H
+#define CT_CONTAINER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+int container_create(const char *name, uint64_t disk_bytes, const char *from);
+int container_destroy(const char *name);
+/* Runs the container in the foreground of this process (the monitor).
+ * LOCKFD: the container lock, already held. READY_FD >= 0: written "ok" once
+ * PID 1 runs, or the error message, then closed (used by `start`).
+ * Returns the container's exit status (>= 0) or -1 when it could not start. */
+int container_run(const char *name, int lockfd, const struct ct_run_opts *o, char *const *argv,
+                  int ready_fd);
+/* Cleans what a monitor that died (SIGKILL, crash) left: cgroups, mount,
+ * state. Call with the lock held. */
+int container_recover(const char *name);
+int container_stop(const char *name, unsigned timeout_s);
+int container_exec(const char *name, char *const *argv);
+int container_freeze(const char *name, bool frozen);
+int container_snapshot(const char *name, char *id, size_t idlen);
+/* `mount NAME`: keeps the disk mounted across runs (start latency without
+ * the attach). With SNAPSHOT: mounts that snapshot read-only on DIR. */
+int container_mount(const char *name, const char *snapshot, const char *dir);
+int container_umount(const char *name, const char *dir);
+
+/* One line of `list`. */
+struct container_info {
+  char name[CT_NAME_MAX + 1];
+  const char *state;  /* running, frozen, stopped */
+  int pid;            /* 0 when stopped */
+  uint64_t mem_usage, mem_limit, disk_bytes, oom_kills;
+  int last_status;    /* -1 when unknown */
+};
+int container_info(const char *name, struct container_info *info);
+
+#endif

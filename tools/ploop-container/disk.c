@@ -1,0 +1,258 @@
+/* Disk backend of ploop-container (see disk.h). This is the fallback
+ * backend: a raw ext4 image on a direct-I/O loop device. */
+#include "disk.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <linux/loop.h>
+#include <mntent.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "util.h"
+
+#define IMAGE "image.raw"
+
+const char *disk_backend(void) { return "raw image on loop (fallback)"; }
+
+/* Runs ARGV, returns 0 on exit 0; else the first line of its stderr. */
+static int run_tool(char *const argv[])
+{
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) < 0)
+    return ct_fail(errno, "pipe");
+  pid_t pid = fork();
+  if (pid < 0)
+    return ct_fail(errno, "fork");
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(pipefd[1], 2);
+    execvp(argv[0], argv);
+    dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  close(pipefd[1]);
+  char err[512];
+  size_t got = 0;
+  ssize_t n;
+  while ((n = read(pipefd[0], err + got, sizeof err - 1 - got)) > 0)
+    got += (size_t)n;
+  close(pipefd[0]);
+  err[got] = 0;
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+    return 0;
+  char *nl = strchr(err, '\n');
+  if (nl)
+    *nl = 0;
+  return ct_fail(0, "%s failed: %s", argv[0], err[0] ? err : "no message");
+}
+
+int disk_create(const char *dir, uint64_t bytes)
+{
+  cleanup_free char *img = xasprintf("%s/" IMAGE, dir);
+  int fd = open(img, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return ct_fail(errno, "create %s", img);
+  if (ftruncate(fd, (off_t)bytes) < 0) {
+    int saved = errno;
+    close(fd);
+    unlink(img);
+    return ct_fail(saved, "size %s", img);
+  }
+  close(fd);
+  char *argv[] = {"mkfs.ext4", "-q", "-F", "-E", "nodiscard", "-L", "ct-root", img, NULL};
+  if (run_tool(argv) < 0) {
+    unlink(img);
+    return -1;
+  }
+  return 0;
+}
+
+/* Attaches IMG to a free loop device with autoclear, so the device goes away
+ * as soon as the filesystem on it is unmounted (or the mount fails). */
+static int loop_attach(const char *img, bool readonly, char *dev, size_t devlen)
+{
+  cleanup_close int backing = open(img, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  if (backing < 0)
+    return ct_fail(errno, "open %s", img);
+  cleanup_close int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+  if (ctl < 0)
+    return ct_fail(errno, "open /dev/loop-control");
+  for (int attempt = 0; attempt < 16; attempt++) {
+    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+    if (n < 0)
+      return ct_fail(errno, "get a free loop device");
+    snprintf(dev, devlen, "/dev/loop%d", n);
+    int lfd = open(dev, O_RDWR | O_CLOEXEC);
+    if (lfd < 0)
+      return ct_fail(errno, "open %s", dev);
+    struct loop_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.fd = (uint32_t)backing;
+    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO | (readonly ? LO_FLAGS_READ_ONLY : 0);
+    int rc = ioctl(lfd, LOOP_CONFIGURE, &cfg);
+    if (rc < 0 && errno == EINVAL) {  /* backing fs without O_DIRECT */
+      cfg.info.lo_flags &= ~(uint32_t)LO_FLAGS_DIRECT_IO;
+      rc = ioctl(lfd, LOOP_CONFIGURE, &cfg);
+    }
+    if (rc == 0)
+      return lfd;
+    int saved = errno;
+    close(lfd);
+    if (saved != EBUSY)  /* EBUSY: someone took it between GET_FREE and us */
+      return ct_fail(saved, "configure %s", dev);
+  }
+  return ct_fail(EBUSY, "no free loop device");
+}
+
+static int mount_image(const char *img, const char *mnt, bool readonly)
+{
+  char dev[32];
+  int lfd = loop_attach(img, readonly, dev, sizeof dev);
+  if (lfd < 0)
+    return -1;
+  /* noload: a snapshot taken of a frozen fs is clean, never replay into it. */
+  int rc = mount(dev, mnt, "ext4", MS_NODEV | (readonly ? MS_RDONLY : 0), readonly ? "noload" : NULL);
+  int saved = errno;
+  close(lfd);  /* the mount holds the device now; autoclear does the rest */
+  if (rc < 0)
+    return ct_fail(saved, "mount %s (%s) on %s", img, dev, mnt);
+  return 0;
+}
+
+int disk_mount(const char *dir, const char *mnt)
+{
+  cleanup_free char *img = xasprintf("%s/" IMAGE, dir);
+  return mount_image(img, mnt, false);
+}
+
+int disk_mount_snapshot(const char *dir, const char *id, const char *mnt)
+{
+  for (const char *p = id; *p; p++)
+    if (*p == '/' || *p == '.')
+      return ct_usage("bad snapshot id '%s'", id);
+  cleanup_free char *img = xasprintf("%s/snap-%s.raw", dir, id);
+  if (access(img, F_OK) < 0)
+    return ct_fail(0, "no snapshot '%s'", id);
+  return mount_image(img, mnt, true);
+}
+
+bool disk_is_mounted(const char *mnt)
+{
+  FILE *f = setmntent("/proc/self/mounts", "r");
+  if (!f)
+    return false;
+  bool found = false;
+  struct mntent *m;
+  while (!found && (m = getmntent(f)))
+    found = strcmp(m->mnt_dir, mnt) == 0;
+  endmntent(f);
+  return found;
+}
+
+int disk_umount(const char *dir, const char *mnt)
+{
+  for (int i = 0; i < 100; i++) {
+    if (umount2(mnt, UMOUNT_NOFOLLOW) == 0)
+      return 0;
+    if (errno == EINVAL && !disk_is_mounted(mnt))
+      return 0;
+    if (errno != EBUSY)
+      return ct_fail(errno, "unmount %s", mnt);
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return ct_fail(EBUSY, "unmount %s", mnt);
+}
+
+/* Copies only the data extents: the image is sparse and must stay so. */
+static int copy_sparse(const char *src, const char *dst)
+{
+  cleanup_close int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0)
+    return ct_fail(errno, "open %s", src);
+  cleanup_close int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0)
+    return ct_fail(errno, "create %s", dst);
+  struct stat st;
+  if (fstat(in, &st) < 0 || ftruncate(out, st.st_size) < 0)
+    goto fail;
+  off_t pos = 0;
+  for (;;) {
+    off_t data = lseek(in, pos, SEEK_DATA);
+    if (data < 0 && errno == ENXIO)
+      break;
+    if (data < 0)
+      goto fail;
+    off_t hole = lseek(in, data, SEEK_HOLE);
+    if (hole < 0)
+      goto fail;
+    off_t off_in = data, off_out = data;
+    while (off_in < hole) {
+      ssize_t n = copy_file_range(in, &off_in, out, &off_out, (size_t)(hole - off_in), 0);
+      if (n <= 0)
+        goto fail;
+    }
+    pos = hole;
+  }
+  if (fsync(out) < 0)
+    goto fail;
+  return 0;
+fail:
+  ct_fail(errno, "copy %s to %s", src, dst);
+  unlink(dst);
+  return -1;
+}
+
+int disk_snapshot(const char *dir, const char *mnt, char *id, size_t idlen)
+{
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  struct tm tm;
+  gmtime_r(&now.tv_sec, &tm);
+  snprintf(id, idlen, "%04d%02d%02d-%02d%02d%02d-%03ld", tm.tm_year + 1900, tm.tm_mon + 1,
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000000);
+  cleanup_free char *img = xasprintf("%s/" IMAGE, dir);
+  cleanup_free char *snap = xasprintf("%s/snap-%s.raw", dir, id);
+  if (!mnt)
+    return copy_sparse(img, snap);
+  cleanup_close int mfd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (mfd < 0)
+    return ct_fail(errno, "open %s", mnt);
+  if (ioctl(mfd, FIFREEZE, 0) < 0)
+    return ct_fail(errno, "freeze filesystem %s", mnt);
+  int rc = copy_sparse(img, snap);
+  if (ioctl(mfd, FITHAW, 0) < 0 && rc == 0)
+    rc = ct_fail(errno, "thaw filesystem %s", mnt);
+  return rc;
+}
+
+int disk_usage(const char *dir, uint64_t *bytes)
+{
+  DIR *d = opendir(dir);
+  if (!d)
+    return ct_fail(errno, "open %s", dir);
+  *bytes = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      *bytes += (uint64_t)st.st_blocks * 512;
+  }
+  closedir(d);
+  return 0;
+}

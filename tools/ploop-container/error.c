@@ -1,0 +1,55 @@
+/* The single error slot of ploop-container (see error.h). The tool is
+ * single-threaded, so one static buffer is enough. */
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static char message[1024];
+static int code = CT_EXIT_FAIL;
+
+int ct_fail(int errnum, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  if (errnum && n >= 0 && (size_t)n < sizeof message)
+    snprintf(message + n, sizeof message - (size_t)n, ": %s", strerror(errnum));
+  code = CT_EXIT_FAIL;
+  return -1;
+}
+
+int ct_wrap(const char *fmt, ...)
+{
+  char prefix[512], old[sizeof message];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  va_end(ap);
+  memcpy(old, message, sizeof old);
+  size_t plen = strlen(prefix);
+  if (plen + 2 < sizeof message) {  /* "prefix: old", old truncated to fit */
+    memcpy(message, prefix, plen);
+    memcpy(message + plen, ": ", 2);
+    size_t room = sizeof message - plen - 3, olen = strnlen(old, room);
+    memcpy(message + plen + 2, old, olen);
+    message[plen + 2 + olen] = 0;
+  }
+  return -1;
+}
+
+int ct_usage(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  code = CT_EXIT_USAGE;
+  return -1;
+}
+
+const char *ct_error(void) { return message[0] ? message : "unknown error"; }
+int ct_error_code(void) { return code; }
+void ct_set_error_code(int c) { code = c; }

@@ -1,0 +1,268 @@
+/* Container launch (see launch.h): parent side writes cgroups and id maps,
+ * child side sets up namespaces, rootfs, console and privileges. */
+#include "launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "rootfs.h"
+#include "util.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+/* Docker's default set minus MKNOD (we do not filter devices with a device
+ * cgroup, so creating device nodes must stay impossible). */
+static const int safe_caps[] = {
+    CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,     CAP_FSETID,     CAP_KILL,
+    CAP_SETGID, CAP_SETUID,       CAP_SETPCAP,    CAP_NET_BIND_SERVICE,
+    CAP_NET_RAW, CAP_SYS_CHROOT,  CAP_AUDIT_WRITE, CAP_SETFCAP,
+};
+
+int ct_drop_privileges(void)
+{
+  uint64_t keep = 0;
+  for (size_t i = 0; i < sizeof safe_caps / sizeof safe_caps[0]; i++)
+    keep |= 1ull << safe_caps[i];
+  for (int cap = 0; cap < 64; cap++) {
+    if (keep & (1ull << cap))
+      continue;
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+      if (errno == EINVAL)  /* past the kernel's last capability */
+        break;
+      return ct_fail(errno, "drop capability %d from the bounding set", cap);
+    }
+  }
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  for (int i = 0; i < 2; i++) {
+    uint32_t w = (uint32_t)(keep >> (32 * i));
+    data[i].effective = data[i].permitted = data[i].inheritable = w;
+  }
+  if (syscall(SYS_capset, &hdr, data) < 0)
+    return ct_fail(errno, "capset");
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+    return ct_fail(errno, "clear ambient capabilities");
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    return ct_fail(errno, "set no_new_privs");
+  return 0;
+}
+
+static int loopback_up(void)
+{
+  cleanup_close int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0)
+    return ct_fail(errno, "socket");
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  strcpy(ifr.ifr_name, "lo");
+  if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+    return ct_fail(errno, "get flags of lo");
+  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+  if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+    return ct_fail(errno, "bring lo up");
+  return 0;
+}
+
+static int send_fd(int sock, int fd)
+{
+  char tag = 'P';
+  struct iovec iov = {&tag, 1};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } u;
+  memset(&u, 0, sizeof u);
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                       .msg_controllen = sizeof u.buf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  if (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0)
+    return ct_fail(errno, "send pty to the monitor");
+  return 0;
+}
+
+/* The pty lives in the container's own devpts, so `tty` inside names it. */
+static int setup_console(int sock)
+{
+  cleanup_close int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0)
+    return ct_fail(errno, "open /dev/ptmx");
+  char name[64];
+  if (unlockpt(master) < 0 || ptsname_r(master, name, sizeof name) != 0)
+    return ct_fail(errno, "unlock pty");
+  int slave = open(name, O_RDWR | O_NOCTTY);
+  if (slave < 0)
+    return ct_fail(errno, "open %s", name);
+  for (int fd = 0; fd < 3; fd++)
+    if (dup2(slave, fd) < 0)
+      return ct_fail(errno, "dup2 pty");
+  if (slave > 2)
+    close(slave);
+  if (ioctl(0, TIOCSCTTY, 0) < 0)
+    return ct_fail(errno, "set controlling terminal");
+  return send_fd(sock, master);
+}
+
+static void child_fail(int sock)
+{
+  char msg[1100];
+  int n = snprintf(msg, sizeof msg, "E%s", ct_error());
+  if (send(sock, msg, (size_t)n, MSG_NOSIGNAL) < 0) {
+    /* nothing left to report through */
+  }
+  _exit(127);
+}
+
+static void child_main(const struct ct_launch *l, int sock)
+{
+  char go;
+  if (read(sock, &go, 1) != 1)
+    _exit(127);  /* parent gave up */
+  if (l->userns && (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)) {
+    ct_fail(errno, "become root in the user namespace");
+    child_fail(sock);
+  }
+  /* Only now, inside its cgroup, so the namespace's root is that cgroup. */
+  if (unshare(CLONE_NEWCGROUP) < 0) {
+    ct_fail(errno, "unshare cgroup namespace");
+    child_fail(sock);
+  }
+  if (setsid() < 0) {
+    ct_fail(errno, "setsid");
+    child_fail(sock);
+  }
+  if (rootfs_enter(l->rootfs, l->userns, l->net == CT_NET_NONE) < 0)
+    child_fail(sock);
+  if (sethostname(l->hostname, strlen(l->hostname)) < 0) {
+    ct_fail(errno, "sethostname %s", l->hostname);
+    child_fail(sock);
+  }
+  if (l->net == CT_NET_NONE && loopback_up() < 0)
+    child_fail(sock);
+  if (l->tty && setup_console(sock) < 0)
+    child_fail(sock);
+  /* Nothing of the monitor's may leak in; the sync socket goes at exec. */
+  if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+    ct_fail(errno, "close_range");
+    child_fail(sock);
+  }
+  if (ct_drop_privileges() < 0)
+    child_fail(sock);
+  const char *term = getenv("TERM");
+  char *termv = term && l->tty ? xasprintf("TERM=%s", term) : NULL;
+  char *hostv = xasprintf("HOSTNAME=%s", l->hostname);
+  char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                  "HOME=/root", "container=ploop-container", hostv, termv, NULL};
+  environ = envp;
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  execvp(l->argv[0], l->argv);
+  ct_fail(errno, "exec %s", l->argv[0]);
+  child_fail(sock);
+}
+
+static int write_id_maps(pid_t pid)
+{
+  char path[64], map[64];
+  snprintf(map, sizeof map, "0 %u %u\n", CT_USERNS_HOST_BASE, CT_USERNS_SIZE);
+  snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+  if (write_file(path, map) < 0)
+    return -1;
+  snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+  return write_file(path, map);
+}
+
+/* Reads the child's messages until exec closes the socket. */
+static int wait_child_ready(int sock, struct ct_process *p)
+{
+  for (;;) {
+    char buf[1200];
+    struct iovec iov = {buf, sizeof buf - 1};
+    union {
+      struct cmsghdr h;
+      char c[CMSG_SPACE(sizeof(int))];
+    } u;
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
+                         .msg_controllen = sizeof u.c};
+    ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return ct_fail(errno, "read from the container");
+    if (n == 0)
+      return 0;  /* exec happened */
+    buf[n] = 0;
+    if (buf[0] == 'E')
+      return ct_fail(0, "%s", buf + 1);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (buf[0] == 'P' && c && c->cmsg_type == SCM_RIGHTS)
+      memcpy(&p->pty_master, CMSG_DATA(c), sizeof(int));
+  }
+}
+
+int ct_launch(const struct ct_launch *l, struct ct_process *p)
+{
+  p->pid = -1;
+  p->pty_master = -1;
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+    return ct_fail(errno, "socketpair");
+  unsigned long flags = SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC;
+  if (l->net == CT_NET_NONE)
+    flags |= CLONE_NEWNET;
+  if (l->userns)
+    flags |= CLONE_NEWUSER;
+  /* Raw clone with no stack behaves like fork: we are single-threaded. */
+  pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
+  if (pid < 0) {
+    int saved = errno;
+    close(sv[0]);
+    close(sv[1]);
+    return ct_fail(saved, "clone new namespaces");
+  }
+  if (pid == 0) {
+    close(sv[0]);
+    child_main(l, sv[1]);
+  }
+  close(sv[1]);
+  cleanup_close int sock = sv[0];
+  p->pid = pid;
+  if (cg_attach(l->cg, pid) < 0 || (l->userns && write_id_maps(pid) < 0))
+    goto fail;
+  if (write(sock, "g", 1) != 1) {
+    ct_fail(errno, "start the container");
+    goto fail;
+  }
+  if (wait_child_ready(sock, p) < 0)
+    goto fail;
+  return 0;
+fail:
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  if (p->pty_master >= 0)
+    close(p->pty_master);
+  p->pty_master = -1;
+  p->pid = -1;
+  return -1;
+}

@@ -1,0 +1,79 @@
+/* ploop-container: a minimal container launcher over ploop disks.
+ * Global options, verb dispatch, and the one place errors are printed. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "error.h"
+#include "verbs.h"
+
+static const char usage[] =
+    "usage: ploop-container [--root DIR] VERB [ARGS]\n"
+    "  create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]]\n"
+    "  run NAME [--memory M] [--swap S] [--pids N] [--hostname H] [--net none|host] [--userns] [-- CMD...]\n"
+    "  start NAME (same options as run; detached, output in ROOT/NAME/console.log)\n"
+    "  exec NAME -- CMD...\n"
+    "  stop NAME [--timeout SECONDS]\n"
+    "  list\n"
+    "  freeze NAME | thaw NAME\n"
+    "  snapshot NAME                       prints the snapshot id\n"
+    "  mount NAME [--snapshot ID DIR]      keep the disk mounted / mount a snapshot read-only\n"
+    "  umount NAME [DIR]\n"
+    "  destroy NAME\n"
+    "exit codes: the container's status for run/exec; else 0 ok, 1 failure, 2 bad usage,\n"
+    "3 no such container, 4 container busy or running\n";
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+} verbs[] = {
+    {"create", verb_create}, {"run", verb_run},       {"start", verb_run},
+    {"exec", verb_exec},     {"stop", verb_stop},     {"list", verb_list},
+    {"freeze", verb_freeze}, {"thaw", verb_freeze},   {"snapshot", verb_snapshot},
+    {"mount", verb_mount},   {"umount", verb_mount},  {"destroy", verb_destroy},
+};
+
+int main(int argc, char **argv)
+{
+  static const struct option opts[] = {{"root", required_argument, NULL, 'r'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'r':
+      ct_root = optarg;
+      break;
+    case 'h':
+      fputs(usage, stdout);
+      return 0;
+    default:
+      fputs(usage, stderr);
+      return CT_EXIT_USAGE;
+    }
+  }
+  if (optind >= argc) {
+    fputs(usage, stderr);
+    return CT_EXIT_USAGE;
+  }
+  if (ct_root[0] != '/') {
+    fprintf(stderr, "ploop-container: --root must be an absolute path\n");
+    return CT_EXIT_USAGE;
+  }
+  int vi = optind;
+  const char *verb = argv[vi];
+  for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+    if (strcmp(verb, verbs[i].name) != 0)
+      continue;
+    optind = 0;  /* each verb parses its own argv (argv[0] = the verb) */
+    int rc = verbs[i].fn(argc - vi, argv + vi);
+    if (rc < 0) {
+      fprintf(stderr, "ploop-container: %s\n", ct_error());
+      return ct_error_code();
+    }
+    return rc;
+  }
+  fprintf(stderr, "ploop-container: unknown verb '%s' (see --help)\n", verb);
+  return CT_EXIT_USAGE;
+}

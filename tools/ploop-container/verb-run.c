@@ -1,0 +1,120 @@
+/* `run NAME [limits] [-- CMD]` (foreground, the process is the monitor) and
+ * `start` (the same, detached: a forked monitor, output to console.log). */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "container.h"
+#include "error.h"
+#include "util.h"
+#include "verbs.h"
+
+static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
+{
+  static const struct option opts[] = {
+      {"memory", required_argument, NULL, 'm'}, {"swap", required_argument, NULL, 's'},
+      {"pids", required_argument, NULL, 'p'},   {"hostname", required_argument, NULL, 'H'},
+      {"net", required_argument, NULL, 'n'},    {"userns", no_argument, NULL, 'u'},
+      {NULL, 0, NULL, 0}};
+  memset(o, 0, sizeof *o);
+  o->pids = 1024;  /* fork bombs stop here unless asked otherwise */
+  int c;
+  while ((c = getopt_long(argc, argv, "m:s:p:H:n:u", opts, NULL)) != -1) {
+    switch (c) {
+    case 'm':
+      if (parse_size_arg("--memory", optarg, &o->memory) < 0)
+        return ct_usage("%s", ct_error());
+      break;
+    case 's':
+      if (parse_size_arg("--swap", optarg, &o->swap) < 0)
+        return ct_usage("%s", ct_error());
+      o->swap_set = true;
+      break;
+    case 'p': {
+      char *end;
+      errno = 0;
+      long long v = strtoll(optarg, &end, 10);
+      if (errno || *end || v < 0)
+        return ct_usage("--pids: '%s' is not a non-negative number", optarg);
+      o->pids = (uint64_t)v;
+      break;
+    }
+    case 'H':
+      if (strlen(optarg) == 0 || strlen(optarg) > 64)
+        return ct_usage("--hostname must be 1-64 characters");
+      snprintf(o->hostname, sizeof o->hostname, "%s", optarg);
+      break;
+    case 'n':
+      if (strcmp(optarg, "none") == 0)
+        o->net = CT_NET_NONE;
+      else if (strcmp(optarg, "host") == 0)
+        o->net = CT_NET_HOST;
+      else
+        return ct_usage("--net: '%s' is not none or host", optarg);
+      break;
+    case 'u':
+      o->userns = true;
+      break;
+    default:
+      return ct_usage("%s: bad option (see --help)", argv[0]);
+    }
+  }
+  return ct_run_opts_check(o);
+}
+
+static int start_detached(const char *name, int lock, const struct ct_run_opts *o, char **cmd)
+{
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) < 0)
+    return ct_fail(errno, "pipe");
+  cleanup_free char *log = ct_path(name, "console.log");
+  pid_t pid = fork();
+  if (pid < 0)
+    return ct_fail(errno, "fork");
+  if (pid == 0) {
+    close(pfd[0]);
+    setsid();
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
+      _exit(1);
+    close(in);
+    close(out);
+    int rc = container_run(name, lock, o, cmd, pfd[1]);
+    _exit(rc < 0 ? 1 : rc);
+  }
+  close(pfd[1]);
+  char msg[1200];
+  ssize_t n = read(pfd[0], msg, sizeof msg - 1);
+  close(pfd[0]);
+  if (n <= 0)
+    return ct_fail(0, "start %s: the monitor died before the container started (see %s)", name, log);
+  msg[n] = 0;
+  if (msg[0] == 'E')
+    return ct_fail(0, "%s", msg + 1);
+  return 0;
+}
+
+int verb_run(int argc, char **argv)
+{
+  struct ct_run_opts o;
+  if (parse_opts(argc, argv, &o) < 0)
+    return -1;
+  o.detach = strcmp(argv[0], "start") == 0;
+  if (optind >= argc)
+    return ct_usage("usage: %s NAME [options] [-- CMD...]", argv[0]);
+  const char *name = argv[optind];
+  static char *default_cmd[] = {"/bin/sh", NULL};
+  char **cmd = optind + 1 < argc ? &argv[optind + 1] : default_cmd;
+  if (ct_require(name) < 0)
+    return -1;
+  cleanup_close int lock = ct_lock(name);
+  if (lock < 0)
+    return -1;
+  if (o.detach)
+    return start_detached(name, lock, &o, cmd) < 0 ? -1 : 0;
+  return container_run(name, lock, &o, cmd, -1);
+}
