@@ -68,7 +68,7 @@ $(BUILD)/bin/ploop-nbd: $(call obj,$(NBD_SRC)) $(CLIENT_A) $(LIB_A)
 
 $(BUILD)/bin/ploop-container: $(call obj,$(CT_SRC)) $(CLIENT_A) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid
+	$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lz
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB_A)
 	@mkdir -p $(dir $@)
