@@ -1,0 +1,483 @@
+/* Unit tests for snapshots and resize: a snapshot's view never changes, and
+ * delete/merge/switch/resize keep every byte that should survive. */
+#include "helpers.h"
+
+#define CL 32768u
+#define DISK_SIZE (4u << 20) /* 128 clusters of 32 KiB */
+
+TestSuite(snapshot, .init = tmpdir_setup, .fini = tmpdir_teardown);
+TestSuite(resize, .init = tmpdir_setup, .fini = tmpdir_teardown);
+
+static void put(struct ploop_disk *disk, uint32_t seed, uint64_t off, size_t len)
+{
+  uint8_t *b = malloc(len);
+  fill_pattern(b, len, seed, off);
+  OK(ploop_disk_pwrite(disk, b, len, off, 0));
+  free(b);
+}
+
+/* The whole virtual disk as the library reads it. */
+static uint8_t *read_all(struct ploop_disk *disk)
+{
+  uint64_t n = ploop_disk_size(disk);
+  uint8_t *b = malloc(n);
+  OK(ploop_disk_pread(disk, b, n, 0));
+  return b;
+}
+
+static uint8_t *read_view(const char *guid, uint64_t *size)
+{
+  struct ploop_disk *d = NOTNULL(ploop_disk_open(test_dir, guid, PLOOP_OPEN_RDONLY));
+  uint8_t *b = read_all(d);
+  if (size)
+    *size = ploop_disk_size(d);
+  OK(ploop_disk_close(d));
+  return b;
+}
+
+/* Model of the expected disk contents, updated alongside every write. */
+static void model_put(uint8_t *m, uint32_t seed, uint64_t off, size_t len)
+{
+  fill_pattern(m + off, len, seed, off);
+}
+
+static void assert_equal_model(const uint8_t *got, const uint8_t *want, size_t n, const char *what)
+{
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(got[i], want[i], "%s: byte %zu is 0x%02x, want 0x%02x", what, i, got[i],
+                 want[i]);
+}
+
+static void assert_disk_is(const uint8_t *model, const char *what)
+{
+  uint64_t n;
+  uint8_t *b = read_view(NULL, &n);
+  cr_assert_eq(n, DISK_SIZE);
+  assert_equal_model(b, model, DISK_SIZE, what);
+  free(b);
+}
+
+static size_t n_images(void)
+{
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  size_t n = d->n_images;
+  OK(ploop_descriptor_validate(d));
+  ploop_descriptor_free(d);
+  return n;
+}
+
+static char *image_path(const char *guid)
+{
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  const struct ploop_image_desc *im = ploop_descriptor_find_image(d, guid);
+  char *p = im ? ploop_descriptor_image_path(d, im) : NULL;
+  ploop_descriptor_free(d);
+  return p;
+}
+
+/* Every delta file of the disk checks clean. */
+static void assert_all_deltas_clean(void)
+{
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  for (size_t i = 0; i < d->n_images; i++) {
+    char *p = ploop_descriptor_image_path(d, &d->images[i]);
+    struct ploop_check_report r;
+    int rc = ploop_delta_check(p, PLOOP_CHECK_FORCE | PLOOP_CHECK_READONLY, &r);
+    char buf[1024] = "";
+    ploop_check_report_format(&r, buf, sizeof buf);
+    cr_assert_eq(rc, 0, "%s not clean: %s %s", p, buf, rc < 0 ? ploop_get_error() : "");
+    free(p);
+  }
+  ploop_descriptor_free(d);
+}
+
+/* Base with A in clusters 0-3, snapshot S1, then B over clusters 2-5. */
+static void base_snapshot_write(uint8_t *model, char *s1)
+{
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 0, 4 * CL);
+  model_put(model, 1, 0, 4 * CL);
+  OK(ploop_disk_snapshot(disk, NULL, s1));
+  put(disk, 2, 2 * CL + 100, 4 * CL - 200);
+  model_put(model, 2, 2 * CL + 100, 4 * CL - 200);
+  OK(ploop_disk_close(disk));
+}
+
+Test(snapshot, snapshot_view_is_frozen)
+{
+  make_disk(DISK_SIZE, CL / 512);
+  static uint8_t model[DISK_SIZE], frozen[DISK_SIZE];
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 0, 4 * CL);
+  model_put(model, 1, 0, 4 * CL);
+  memcpy(frozen, model, DISK_SIZE);
+  char s1[PLOOP_UUID_LEN + 1] = "";
+  OK(ploop_disk_snapshot(disk, NULL, s1));
+  cr_assert_eq(strlen(s1), PLOOP_UUID_LEN, "snapshot GUID not returned: '%s'", s1);
+  cr_assert_str_neq(s1, PLOOP_TOP_GUID);
+  cr_assert_eq(ploop_disk_depth(disk), 2);
+  /* Writes after the snapshot: a partial cluster over old data (copy-up),
+   * a new cluster, and a discard of an old one. */
+  put(disk, 2, CL + 1000, 3000);
+  model_put(model, 2, CL + 1000, 3000);
+  put(disk, 3, 10 * CL, CL);
+  model_put(model, 3, 10 * CL, CL);
+  OK(ploop_disk_discard(disk, 3 * CL, CL));
+  memset(model + 3 * CL, 0, CL);
+  cr_assert_eq(depth_at(disk, 0), 2, "untouched cluster comes from the snapshot");
+  cr_assert_eq(depth_at(disk, CL), 1, "rewritten cluster lives in the top");
+  cr_assert_eq(depth_at(disk, 20 * CL), 0);
+  uint8_t *now = read_all(disk);
+  assert_equal_model(now, model, DISK_SIZE, "top view while open");
+  free(now);
+
+  /* The snapshot's old top file is read-only now: not marked in use. */
+  char *p = NOTNULL(image_path(s1));
+  cr_assert_eq(raw_le32(p, 44), 0, "snapshot delta %s carries the in-use mark", p);
+  free(p);
+  OK(ploop_disk_close(disk));
+
+  uint8_t *snap = read_view(s1, NULL);
+  assert_equal_model(snap, frozen, DISK_SIZE, "snapshot view");
+  free(snap);
+  assert_disk_is(model, "top view after reopen");
+  assert_all_deltas_clean();
+}
+
+Test(snapshot, snapshot_view_readable_while_top_is_open)
+{
+  /* Serving a snapshot export while the container writes the top. */
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 0, CL);
+  char s1[PLOOP_UUID_LEN + 1];
+  OK(ploop_disk_snapshot(disk, NULL, s1));
+  put(disk, 2, 0, CL);
+  struct ploop_disk *view = NOTNULL(ploop_disk_open(test_dir, s1, PLOOP_OPEN_RDONLY));
+  cr_assert(ploop_disk_readonly(view));
+  uint8_t b[4096];
+  OK(ploop_disk_pread(view, b, sizeof b, 0));
+  cr_assert_eq(check_pattern(b, sizeof b, 1, 0), -1, "snapshot view shows later writes");
+  OK(ploop_disk_close(view));
+  OK(ploop_disk_close(disk));
+}
+
+Test(snapshot, offline_snapshot_with_given_guid)
+{
+  make_disk(DISK_SIZE, CL / 512);
+  const char *g = "{0A0B0C0D-1111-4222-8333-444455556666}";
+  char out[PLOOP_UUID_LEN + 1];
+  OK(ploop_snapshot_create(test_dir, g, out));
+  cr_assert_str_eq(out, "{0a0b0c0d-1111-4222-8333-444455556666}", "GUID must be normalised");
+  cr_assert_eq(n_images(), 2);
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  size_t idx[4];
+  cr_assert_eq(ploop_descriptor_chain(d, NULL, idx, 4), 2);
+  cr_assert_str_eq(d->images[idx[0]].guid, out);
+  cr_assert_str_eq(d->images[idx[1]].guid, PLOOP_TOP_GUID);
+  ploop_descriptor_free(d);
+  /* The same GUID twice is refused. */
+  cr_assert_eq(ploop_snapshot_create(test_dir, g, out), -1, "duplicate snapshot GUID accepted");
+  cr_assert_eq(n_images(), 2);
+}
+
+Test(snapshot, delete_leaf_removes_it)
+{
+  static uint8_t model[DISK_SIZE];
+  char s1[PLOOP_UUID_LEN + 1], s2[PLOOP_UUID_LEN + 1];
+  base_snapshot_write(model, s1);
+  OK(ploop_snapshot_create(test_dir, NULL, s2)); /* S1 <- S2 <- top */
+  uint8_t *s1_view = read_view(s1, NULL);
+  OK(ploop_snapshot_switch(test_dir, s1)); /* S1 <- top', S2 is now a leaf */
+  char *s2_file = NOTNULL(image_path(s2));
+  OK(ploop_snapshot_delete(test_dir, s2));
+  cr_assert(!file_exists(s2_file), "deleted leaf's file %s still there", s2_file);
+  cr_assert_null(image_path(s2));
+  cr_assert_eq(n_images(), 2);
+  uint64_t n;
+  uint8_t *top = read_view(NULL, &n);
+  assert_equal_model(top, s1_view, DISK_SIZE, "top after switch+delete");
+  free(top);
+  free(s1_view);
+  free(s2_file);
+}
+
+Test(snapshot, delete_with_one_child_merges)
+{
+  static uint8_t model[DISK_SIZE];
+  char s1[PLOOP_UUID_LEN + 1];
+  base_snapshot_write(model, s1);
+  cr_assert_eq(n_images(), 2);
+  OK(ploop_snapshot_delete(test_dir, s1));
+  cr_assert_eq(n_images(), 1);
+  cr_assert_null(image_path(s1));
+  assert_disk_is(model, "after delete-merge");
+  assert_all_deltas_clean();
+  /* No stray delta files left in the directory. */
+  char *top = NOTNULL(image_path(PLOOP_TOP_GUID));
+  cr_assert(file_exists(top));
+  free(top);
+}
+
+Test(snapshot, delete_refuses_top_unknown_and_branch_points)
+{
+  static uint8_t model[DISK_SIZE];
+  char s1[PLOOP_UUID_LEN + 1], s2[PLOOP_UUID_LEN + 1];
+  base_snapshot_write(model, s1);
+  cr_assert_eq(ploop_snapshot_delete(test_dir, PLOOP_TOP_GUID), -1, "top deleted");
+  cr_assert_eq(ploop_snapshot_delete(test_dir, "{99999999-9999-4999-8999-999999999999}"), -1);
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_NOTFOUND, "%s", ploop_get_error());
+  OK(ploop_snapshot_create(test_dir, NULL, s2));
+  OK(ploop_snapshot_switch(test_dir, s1)); /* S1 has two children: S2 and top */
+  cr_assert_eq(ploop_snapshot_delete(test_dir, s1), -1, "snapshot with two children deleted");
+  cr_assert_eq(n_images(), 3);
+}
+
+struct progress {
+  uint64_t calls, last_done, last_total;
+  bool went_back;
+};
+
+static void on_progress(void *opaque, uint64_t done, uint64_t total)
+{
+  struct progress *p = opaque;
+  if (p->calls && done < p->last_done)
+    p->went_back = true;
+  p->calls++;
+  p->last_done = done;
+  p->last_total = total;
+}
+
+Test(snapshot, merge_middle_into_parent)
+{
+  static uint8_t model[DISK_SIZE];
+  char s1[PLOOP_UUID_LEN + 1], s2[PLOOP_UUID_LEN + 1];
+  base_snapshot_write(model, s1);
+  OK(ploop_snapshot_create(test_dir, NULL, s2)); /* S1 <- S2 <- top */
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 3, 5 * CL, 2 * CL);
+  model_put(model, 3, 5 * CL, 2 * CL);
+  OK(ploop_disk_close(disk));
+  char *f1 = NOTNULL(image_path(s1)), *f2 = NOTNULL(image_path(s2));
+  struct progress pr = {0};
+  OK(ploop_snapshot_merge(test_dir, s2, false, on_progress, &pr));
+  cr_assert_eq(n_images(), 2);
+  cr_assert(!!image_path(s1) + !!image_path(s2) == 1, "exactly one of S1/S2 must remain");
+  cr_assert(file_exists(f1) + file_exists(f2) == 1, "the merged-away file must be unlinked");
+  assert_disk_is(model, "top after merge");
+  assert_all_deltas_clean();
+  cr_assert_gt(pr.calls, 0, "progress never called");
+  cr_assert(!pr.went_back, "progress went backwards");
+  cr_assert_eq(pr.last_done, pr.last_total, "progress did not reach total");
+  free(f1);
+  free(f2);
+}
+
+Test(snapshot, merge_all_into_base)
+{
+  static uint8_t model[DISK_SIZE];
+  char s1[PLOOP_UUID_LEN + 1], s2[PLOOP_UUID_LEN + 1];
+  base_snapshot_write(model, s1);
+  OK(ploop_snapshot_create(test_dir, NULL, s2));
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 4, 100 * CL, CL);
+  model_put(model, 4, 100 * CL, CL);
+  OK(ploop_disk_discard(disk, 0, CL)); /* a hole in the top over data below */
+  memset(model, 0, CL);
+  OK(ploop_disk_close(disk));
+  OK(ploop_snapshot_merge(test_dir, NULL, true, NULL, NULL));
+  cr_assert_eq(n_images(), 1);
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  cr_assert_str_eq(d->images[0].guid, PLOOP_TOP_GUID);
+  cr_assert_str_eq(d->snapshots[0].parent, PLOOP_NULL_GUID);
+  ploop_descriptor_free(d);
+  assert_disk_is(model, "after merging everything");
+  assert_all_deltas_clean();
+  disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  cr_assert_eq(ploop_disk_depth(disk), 1);
+  put(disk, 5, 0, 512);
+  OK(ploop_disk_close(disk));
+}
+
+Test(snapshot, merge_top_into_parent)
+{
+  static uint8_t model[DISK_SIZE];
+  char s1[PLOOP_UUID_LEN + 1];
+  base_snapshot_write(model, s1);
+  OK(ploop_snapshot_merge(test_dir, PLOOP_TOP_GUID, false, NULL, NULL));
+  cr_assert_eq(n_images(), 1);
+  assert_disk_is(model, "after merging the top down");
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 6, 50 * CL, 100);
+  OK(ploop_disk_close(disk));
+}
+
+Test(snapshot, online_merge_keeps_serving)
+{
+  static uint8_t model[DISK_SIZE];
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 0, 8 * CL);
+  model_put(model, 1, 0, 8 * CL);
+  char s1[PLOOP_UUID_LEN + 1];
+  OK(ploop_disk_snapshot(disk, NULL, s1));
+  put(disk, 2, 4 * CL, 8 * CL);
+  model_put(model, 2, 4 * CL, 8 * CL);
+  OK(ploop_disk_merge(disk, NULL, true, NULL, NULL));
+  cr_assert_eq(ploop_disk_depth(disk), 1);
+  uint8_t *b = read_all(disk);
+  assert_equal_model(b, model, DISK_SIZE, "after online merge");
+  free(b);
+  put(disk, 3, 20 * CL, CL);
+  model_put(model, 3, 20 * CL, CL);
+  OK(ploop_disk_close(disk));
+  assert_disk_is(model, "after online merge and reopen");
+  cr_assert_eq(n_images(), 1);
+}
+
+Test(snapshot, switch_reverts_to_snapshot)
+{
+  static uint8_t model[DISK_SIZE];
+  char s1[PLOOP_UUID_LEN + 1];
+  base_snapshot_write(model, s1);
+  uint8_t *s1_view = read_view(s1, NULL);
+  char *old_top = NOTNULL(image_path(PLOOP_TOP_GUID));
+  OK(ploop_snapshot_switch(test_dir, s1));
+  uint8_t *top = read_view(NULL, NULL);
+  assert_equal_model(top, s1_view, DISK_SIZE, "after switch");
+  cr_assert_eq(n_images(), 2);
+  /* The new top is empty; the old one is gone unless it reuses the name. */
+  char *new_top = NOTNULL(image_path(PLOOP_TOP_GUID));
+  if (strcmp(old_top, new_top) != 0)
+    cr_assert(!file_exists(old_top), "old top %s not removed", old_top);
+  struct ploop_delta *d = NOTNULL(ploop_delta_open(new_top, PLOOP_OPEN_RDONLY));
+  struct ploop_delta_info in;
+  OK(ploop_delta_get_info(d, &in));
+  cr_assert_eq(in.allocated_clusters, 0, "new top after switch must be empty");
+  OK(ploop_delta_close(d));
+  cr_assert_eq(ploop_snapshot_switch(test_dir, "{99999999-9999-4999-8999-999999999999}"), -1);
+  free(top);
+  free(s1_view);
+  free(old_top);
+  free(new_top);
+}
+
+/* ---- resize ---- */
+
+Test(resize, grow_relocates_clusters_behind_the_bat)
+{
+  /* 4 MiB at 32 KiB: BAT fits in one cluster, data from file cluster 1.
+   * 512 MiB needs 16384 entries = 65600 bytes = 3 header clusters, so the
+   * data clusters at file offsets 1 and 2 must move. */
+  make_disk(DISK_SIZE, CL / 512);
+  static uint8_t model[DISK_SIZE];
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 7 * CL, CL);
+  put(disk, 2, 0, CL);
+  put(disk, 3, 100 * CL + 5, 3 * CL);
+  model_put(model, 1, 7 * CL, CL);
+  model_put(model, 2, 0, CL);
+  model_put(model, 3, 100 * CL + 5, 3 * CL);
+  OK(ploop_disk_close(disk));
+  const char *p = tpath("root.hds");
+  cr_assert_eq(raw_le32(p, 64 + 4 * 7), 1, "precondition: cluster 7 sits right after the BAT");
+
+  OK(ploop_resize(test_dir, 512ull << 20, 0));
+
+  cr_assert_eq(raw_le32(p, 32), 16384, "m_Size");
+  cr_assert_eq(raw_le64(p, 36), (512ull << 20) / 512, "m_SizeInSectors");
+  cr_assert_eq(raw_le32(p, 48), 3 * 64, "m_FirstBlockOffset");
+  for (int i = 0; i < 16384; i++) {
+    uint32_t e = raw_le32(p, 64 + 4 * i);
+    cr_assert(e == 0 || e >= 3, "BAT[%d]=%u points into the grown BAT", i, e);
+  }
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  cr_assert_eq(d->size_sectors, (512ull << 20) / 512, "descriptor Disk_size not updated");
+  ploop_descriptor_free(d);
+  assert_all_deltas_clean();
+
+  disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  cr_assert_eq(ploop_disk_size(disk), 512ull << 20);
+  uint8_t *b = malloc(DISK_SIZE);
+  OK(ploop_disk_pread(disk, b, DISK_SIZE, 0));
+  assert_equal_model(b, model, DISK_SIZE, "old area after grow");
+  OK(ploop_disk_pread(disk, b, DISK_SIZE, (512ull << 20) - DISK_SIZE));
+  cr_assert_eq(first_nonzero(b, DISK_SIZE), -1, "new area must read as zeros");
+  put(disk, 4, (512ull << 20) - 4096, 4096);
+  OK(ploop_disk_pread(disk, b, 4096, (512ull << 20) - 4096));
+  cr_assert_eq(check_pattern(b, 4096, 4, (512ull << 20) - 4096), -1);
+  free(b);
+  OK(ploop_disk_close(disk));
+}
+
+Test(resize, online_grow)
+{
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 0, 2 * CL);
+  OK(ploop_disk_resize(disk, 2 * DISK_SIZE, 0));
+  cr_assert_eq(ploop_disk_size(disk), 2 * DISK_SIZE);
+  put(disk, 2, 2 * DISK_SIZE - CL, CL);
+  uint8_t b[2 * CL];
+  OK(ploop_disk_pread(disk, b, 2 * CL, 0));
+  cr_assert_eq(check_pattern(b, 2 * CL, 1, 0), -1);
+  OK(ploop_disk_close(disk));
+  disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDONLY));
+  cr_assert_eq(ploop_disk_size(disk), 2 * DISK_SIZE);
+  OK(ploop_disk_pread(disk, b, CL, 2 * DISK_SIZE - CL));
+  cr_assert_eq(check_pattern(b, CL, 2, 2 * DISK_SIZE - CL), -1);
+  OK(ploop_disk_close(disk));
+}
+
+Test(resize, grow_with_snapshot_keeps_both_views)
+{
+  static uint8_t model[DISK_SIZE];
+  char s1[PLOOP_UUID_LEN + 1];
+  base_snapshot_write(model, s1);
+  OK(ploop_resize(test_dir, 64ull << 20, 0));
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  cr_assert_eq(ploop_disk_size(disk), 64ull << 20);
+  uint8_t *b = malloc(DISK_SIZE);
+  OK(ploop_disk_pread(disk, b, DISK_SIZE, 0));
+  assert_equal_model(b, model, DISK_SIZE, "top after grow");
+  OK(ploop_disk_pread(disk, b, DISK_SIZE, 60ull << 20));
+  cr_assert_eq(first_nonzero(b, DISK_SIZE), -1);
+  free(b);
+  OK(ploop_disk_close(disk));
+  assert_all_deltas_clean();
+}
+
+Test(resize, shrink_needs_force)
+{
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 0, DISK_SIZE);
+  OK(ploop_disk_close(disk));
+  const char *p = tpath("root.hds");
+  cr_assert_eq(ploop_resize(test_dir, DISK_SIZE / 2, 0), -1, "shrink without FORCE accepted");
+  cr_assert_eq(raw_le64(p, 36), DISK_SIZE / 512, "refused shrink changed the header");
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  cr_assert_eq(d->size_sectors, DISK_SIZE / 512, "refused shrink changed the descriptor");
+  ploop_descriptor_free(d);
+
+  OK(ploop_resize(test_dir, DISK_SIZE / 2, PLOOP_RESIZE_FORCE));
+  cr_assert_eq(raw_le64(p, 36), DISK_SIZE / 1024);
+  disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDONLY));
+  cr_assert_eq(ploop_disk_size(disk), DISK_SIZE / 2);
+  uint8_t *b = malloc(DISK_SIZE / 2);
+  OK(ploop_disk_pread(disk, b, DISK_SIZE / 2, 0));
+  cr_assert_eq(check_pattern(b, DISK_SIZE / 2, 1, 0), -1, "kept part changed by shrink");
+  cr_assert_eq(ploop_disk_pread(disk, b, 512, DISK_SIZE / 2), -1, "read past new end");
+  free(b);
+  OK(ploop_disk_close(disk));
+  assert_all_deltas_clean();
+}
+
+Test(resize, rejects_zero_and_oversized)
+{
+  make_disk(DISK_SIZE, CL / 512);
+  cr_assert_eq(ploop_resize(test_dir, 0, PLOOP_RESIZE_FORCE), -1);
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_PARAM, "%s", ploop_get_error());
+  cr_assert_eq(ploop_resize(test_dir, 51ull << 40, 0), -1, "over the 50 TiB limit");
+}
