@@ -36,13 +36,13 @@ int attach_run(char *const argv[], char *msg, size_t msglen)
   if (msg && msglen)
     msg[0] = 0;
   if (pipe2(pfd, O_CLOEXEC) < 0)
-    return ploop_error(PLOOP_ERR_GENERIC, errno, "pipe: %s", strerror(errno));
+    return ploop_set_error(PLOOP_ERR_GENERIC, errno, "pipe: %s", strerror(errno));
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
     close(pfd[0]);
     close(pfd[1]);
-    return ploop_error(PLOOP_ERR_GENERIC, e, "fork: %s", strerror(e));
+    return ploop_set_error(PLOOP_ERR_GENERIC, e, "fork: %s", strerror(e));
   }
   if (pid == 0) {
     int devnull = open("/dev/null", O_RDONLY);
@@ -80,16 +80,16 @@ int attach_run(char *const argv[], char *msg, size_t msglen)
   int status;
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR)
-      return ploop_error(PLOOP_ERR_GENERIC, errno, "wait for %s: %s", argv[0], strerror(errno));
+      return ploop_set_error(PLOOP_ERR_GENERIC, errno, "wait for %s: %s", argv[0], strerror(errno));
   }
   if (msg && msglen)
     last_line(buf, n, msg, msglen);
   if (WIFEXITED(status)) {
     if (WEXITSTATUS(status) == 127)
-      return ploop_error(PLOOP_ERR_GENERIC, ENOENT, "%s: cannot run it (not installed?)", argv[0]);
+      return ploop_set_error(PLOOP_ERR_GENERIC, ENOENT, "%s: cannot run it (not installed?)", argv[0]);
     return WEXITSTATUS(status);
   }
-  return ploop_error(PLOOP_ERR_GENERIC, EINTR, "%s killed by signal %d", argv[0],
+  return ploop_set_error(PLOOP_ERR_GENERIC, EINTR, "%s killed by signal %d", argv[0],
                      WTERMSIG(status));
 }
 
@@ -101,7 +101,7 @@ static int run_checked(char *const argv[], int ok_max)
   if (rc < 0)
     return -1;
   if (rc > ok_max)
-    return ploop_error(PLOOP_ERR_GENERIC, EIO, "%s failed (exit %d): %s", argv[0], rc,
+    return ploop_set_error(PLOOP_ERR_GENERIC, EIO, "%s failed (exit %d): %s", argv[0], rc,
                        msg[0] ? msg : "no message");
   return rc;
 }
@@ -109,7 +109,7 @@ static int run_checked(char *const argv[], int ok_max)
 int ploop_fs_make(const char *device, const char *fstype)
 {
   if (!device || !fstype)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "mkfs: device and filesystem type are needed");
+    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "mkfs: device and filesystem type are needed");
   /* No discard pass: a fresh ploop disk reads as zeros already, and a
    * whole-device discard through FUSE only costs time. */
   if (strcmp(fstype, "ext4") == 0 || strcmp(fstype, "ext3") == 0) {
@@ -122,7 +122,7 @@ int ploop_fs_make(const char *device, const char *fstype)
     char *argv[] = {"mkfs.xfs", "-q", "-f", "-K", (char *)device, NULL};
     return run_checked(argv, 0) < 0 ? -1 : 0;
   }
-  return ploop_error(PLOOP_ERR_PARAM, EINVAL, "mkfs: unsupported filesystem '%s' (ext4, ext3 or xfs)",
+  return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "mkfs: unsupported filesystem '%s' (ext4, ext3 or xfs)",
                      fstype);
 }
 
@@ -130,7 +130,7 @@ int ploop_fs_probe(const char *device, char *type, size_t len)
 {
   blkid_probe pr = blkid_new_probe_from_filename(device);
   if (!pr)
-    return ploop_error(PLOOP_ERR_IO, errno ? errno : EIO, "probe %s: %s", device,
+    return ploop_set_error(PLOOP_ERR_IO, errno ? errno : EIO, "probe %s: %s", device,
                        strerror(errno ? errno : EIO));
   blkid_probe_enable_superblocks(pr, 1);
   blkid_probe_set_superblocks_flags(pr, BLKID_SUBLKS_TYPE);
@@ -143,8 +143,8 @@ int ploop_fs_probe(const char *device, char *type, size_t len)
   }
   blkid_free_probe(pr);
   if (rc == -2)
-    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: ambiguous filesystem signatures", device);
-  return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no filesystem found on the disk", device);
+    return ploop_set_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: ambiguous filesystem signatures", device);
+  return ploop_set_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no filesystem found on the disk", device);
 }
 
 int ploop_fs_grow_online(const char *mount_point, const char *device, const char *fstype)
@@ -152,19 +152,19 @@ int ploop_fs_grow_online(const char *mount_point, const char *device, const char
   if (strcmp(fstype, "ext4") == 0) {
     int fd = open(mount_point, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-      return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", mount_point, strerror(errno));
+      return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", mount_point, strerror(errno));
     struct statvfs sv;
     uint64_t dev_bytes = 0;
     int dfd = open(device, O_RDONLY | O_CLOEXEC);
     int rc = -1;
     if (dfd < 0 || ioctl(dfd, BLKGETSIZE64, &dev_bytes) < 0) {
-      ploop_error(PLOOP_ERR_IO, errno, "%s: size: %s", device, strerror(errno));
+      ploop_set_error(PLOOP_ERR_IO, errno, "%s: size: %s", device, strerror(errno));
     } else if (fstatvfs(fd, &sv) < 0) {
-      ploop_error(PLOOP_ERR_IO, errno, "%s: statfs: %s", mount_point, strerror(errno));
+      ploop_set_error(PLOOP_ERR_IO, errno, "%s: statfs: %s", mount_point, strerror(errno));
     } else {
       uint64_t blocks = dev_bytes / sv.f_bsize;
       if (ioctl(fd, EXT4_IOC_RESIZE_FS, &blocks) < 0)
-        ploop_error(PLOOP_ERR_IO, errno, "%s: grow ext4 to %" PRIu64 " blocks: %s", mount_point,
+        ploop_set_error(PLOOP_ERR_IO, errno, "%s: grow ext4 to %" PRIu64 " blocks: %s", mount_point,
                     blocks, strerror(errno));
       else
         rc = 0;
@@ -182,20 +182,20 @@ int ploop_fs_grow_online(const char *mount_point, const char *device, const char
     char *argv[] = {"resize2fs", (char *)device, NULL};
     return run_checked(argv, 0) < 0 ? -1 : 0;
   }
-  return ploop_error(PLOOP_ERR_PARAM, EOPNOTSUPP, "%s: cannot grow a %s filesystem", mount_point,
+  return ploop_set_error(PLOOP_ERR_PARAM, EOPNOTSUPP, "%s: cannot grow a %s filesystem", mount_point,
                      fstype);
 }
 
 int ploop_fs_resize_offline(const char *device, const char *fstype, uint64_t new_bytes)
 {
   if (strcmp(fstype, "ext4") != 0 && strcmp(fstype, "ext3") != 0 && strcmp(fstype, "ext2") != 0)
-    return ploop_error(PLOOP_ERR_PARAM, EOPNOTSUPP,
+    return ploop_set_error(PLOOP_ERR_PARAM, EOPNOTSUPP,
                        "%s: offline resize of %s is not possible (xfs only grows, mounted)", device,
                        fstype);
   /* resize2fs insists on a freshly checked filesystem; exit 1 means fixed. */
   char *fsck[] = {"e2fsck", "-f", "-p", (char *)device, NULL};
   if (run_checked(fsck, 1) < 0)
-    return ploop_error_wrap("resize %s", device);
+    return -1;
   char size[32];
   snprintf(size, sizeof(size), "%" PRIu64 "K", new_bytes / 1024);
   char *resize[] = {"resize2fs", (char *)device, size, NULL};

@@ -3,9 +3,6 @@
 #define PLOOP_ATTACH_INTERNAL_H
 
 #include "attach.h"
-/* ploop_error(): attach reports failures through libploop's error state so
- * the CLI prints them like any library error (public setter requested). */
-#include "internal.h"
 
 /* Runs ARGV (argv[0] looked up in PATH plus /sbin:/usr/sbin), waits.  Returns
  * the exit status (0..255), or -1 with an error set when it could not run.

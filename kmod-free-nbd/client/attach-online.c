@@ -23,18 +23,18 @@ static int find_writable(const char *what, const char *verb, struct ploop_attach
   if (attach_state_find(what, i) < 0)
     return -1;
   if (!i->daemon_alive)
-    return ploop_error(PLOOP_ERR_IO, ESRCH,
+    return ploop_set_error(PLOOP_ERR_IO, ESRCH,
                        "%s: %s: the serving daemon is gone; run `ploop umount` and `ploop check -r`",
                        i->disk_dir, verb);
   if (i->readonly || i->snapshot_guid[0])
-    return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: %s: attached read-only", i->disk_dir, verb);
+    return ploop_set_error(PLOOP_ERR_PARAM, EROFS, "%s: %s: attached read-only", i->disk_dir, verb);
   return 0;
 }
 
 static int ctl_failed(const struct ploop_attach_info *i, const char *verb)
 {
   int e = errno ? errno : EIO;
-  return ploop_error(e == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_GENERIC, e, "%s: %s: %s", i->disk_dir,
+  return ploop_set_error(e == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_GENERIC, e, "%s: %s: %s", i->disk_dir,
                      verb, ploop_ctl_error());
 }
 
@@ -47,13 +47,13 @@ int ploop_attach_snapshot(const char *what, const char *guid, char *guid_out)
   if (i.mount_point[0]) {
     mfd = open(i.mount_point, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (mfd < 0)
-      return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", i.mount_point, strerror(errno));
+      return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", i.mount_point, strerror(errno));
     /* Freezing flushes the filesystem and leaves its journal clean, so the
      * snapshot mounts read-only without a replay. */
     if (ioctl(mfd, FIFREEZE, 0) < 0) {
       int e = errno;
       close(mfd);
-      return ploop_error(PLOOP_ERR_IO, e, "freeze %s: %s", i.mount_point, strerror(e));
+      return ploop_set_error(PLOOP_ERR_IO, e, "freeze %s: %s", i.mount_point, strerror(e));
     }
   }
   int rc = ploop_ctl_snapshot(i.disk_dir, guid, guid_out);
@@ -61,7 +61,7 @@ int ploop_attach_snapshot(const char *what, const char *guid, char *guid_out)
     ctl_failed(&i, "snapshot");
   if (mfd >= 0) {
     if (ioctl(mfd, FITHAW, 0) < 0 && rc == 0)
-      rc = ploop_error(PLOOP_ERR_IO, errno, "thaw %s: %s", i.mount_point, strerror(errno));
+      rc = ploop_set_error(PLOOP_ERR_IO, errno, "thaw %s: %s", i.mount_point, strerror(errno));
     close(mfd);
   }
   return rc;
@@ -74,7 +74,7 @@ static int device_bytes(const char *dev, uint64_t *out)
     int e = errno;
     if (fd >= 0)
       close(fd);
-    return ploop_error(PLOOP_ERR_IO, e, "%s: size: %s", dev, strerror(e));
+    return ploop_set_error(PLOOP_ERR_IO, e, "%s: size: %s", dev, strerror(e));
   }
   close(fd);
   return 0;
@@ -88,23 +88,23 @@ static int loop_refresh(const struct ploop_attach_info *i, uint64_t want)
   struct stat st;
   snprintf(file, sizeof(file), "%s/%s", i->fuse_dir, PLOOP_ATTACH_FUSE_FILE);
   if (stat(file, &st) < 0)
-    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", file, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", file, strerror(errno));
   if ((uint64_t)st.st_size != want)
-    return ploop_error(PLOOP_ERR_IO, EIO, "%s: size is %jd after resize, expected %" PRIu64, file,
+    return ploop_set_error(PLOOP_ERR_IO, EIO, "%s: size is %jd after resize, expected %" PRIu64, file,
                        (intmax_t)st.st_size, want);
   int fd = open(i->device, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", i->device, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", i->device, strerror(errno));
   int rc = ioctl(fd, LOOP_SET_CAPACITY, 0);
   int e = errno;
   close(fd);
   if (rc < 0)
-    return ploop_error(PLOOP_ERR_IO, e, "%s: set capacity: %s", i->device, strerror(e));
+    return ploop_set_error(PLOOP_ERR_IO, e, "%s: set capacity: %s", i->device, strerror(e));
   uint64_t now;
   if (device_bytes(i->device, &now) < 0)
     return -1;
   if (now != want)
-    return ploop_error(PLOOP_ERR_IO, EIO, "%s: %" PRIu64 " bytes after resize, expected %" PRIu64,
+    return ploop_set_error(PLOOP_ERR_IO, EIO, "%s: %" PRIu64 " bytes after resize, expected %" PRIu64,
                        i->device, now, want);
   return 0;
 }
@@ -146,7 +146,7 @@ int ploop_attach_resize(const char *what, uint64_t new_bytes)
     return ploop_fs_resize_offline(i.device, fstype, new_bytes);
   }
   if (i.mount_point[0])
-    return ploop_error(PLOOP_ERR_BUSY, EBUSY,
+    return ploop_set_error(PLOOP_ERR_BUSY, EBUSY,
                        "%s: cannot shrink a mounted %s filesystem; umount it and resize offline",
                        i.disk_dir, fstype[0] ? fstype : "");
   /* Shrink: the filesystem first, so nothing lives past the new end. */
@@ -167,13 +167,13 @@ int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaime
   if (i.mount_point[0]) {
     int fd = open(i.mount_point, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-      return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", i.mount_point, strerror(errno));
+      return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", i.mount_point, strerror(errno));
     struct fstrim_range r = {.start = 0, .len = UINT64_MAX, .minlen = 0};
     int rc = ioctl(fd, FITRIM, &r);
     int e = errno;
     close(fd);
     if (rc < 0)
-      return ploop_error(PLOOP_ERR_IO, e, "trim %s: %s", i.mount_point, strerror(e));
+      return ploop_set_error(PLOOP_ERR_IO, e, "trim %s: %s", i.mount_point, strerror(e));
     if (trimmed)
       *trimmed = r.len;
   }

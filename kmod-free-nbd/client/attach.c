@@ -56,15 +56,15 @@ static int resolve_disk_dir(const char *dir_or_xml, char *out)
   char tmp[PATH_MAX];
   struct stat st;
   if (stat(dir_or_xml, &st) < 0)
-    return ploop_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", dir_or_xml, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", dir_or_xml, strerror(errno));
   snprintf(tmp, sizeof(tmp), "%s", dir_or_xml);
   const char *dir = S_ISDIR(st.st_mode) ? tmp : dirname(tmp);
   if (!realpath(dir, out))
-    return ploop_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", dir_or_xml, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", dir_or_xml, strerror(errno));
   char xml[PATH_MAX + 32];
   snprintf(xml, sizeof(xml), "%s/%s", out, PLOOP_DESCRIPTOR_NAME);
   if (access(xml, R_OK) < 0)
-    return ploop_error(PLOOP_ERR_NOTFOUND, errno, "%s: no %s there", out, PLOOP_DESCRIPTOR_NAME);
+    return ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "%s: no %s there", out, PLOOP_DESCRIPTOR_NAME);
   return 0;
 }
 
@@ -72,7 +72,8 @@ struct paths {
   char id[17];
   char state[PATH_MAX];
   char fuse_dir[PATH_MAX];
-  char socket[PATH_MAX];
+  char nbd_socket[PATH_MAX];
+  char control_socket[PATH_MAX];
   char pid_file[PATH_MAX];
   char log[PATH_MAX];
 };
@@ -85,10 +86,11 @@ static void make_paths(const char *disk_dir, const char *guid, struct paths *p)
   snprintf(p->fuse_dir, sizeof(p->fuse_dir), "%s/%s.fuse", PLOOP_ATTACH_RUN_DIR, p->id);
   snprintf(p->pid_file, sizeof(p->pid_file), "%s/%s.pid", PLOOP_ATTACH_RUN_DIR, p->id);
   snprintf(p->log, sizeof(p->log), "%s/%s.log", PLOOP_ATTACH_RUN_DIR, p->id);
-  /* The live top answers on the disk's well-known control socket (so that
-   * `ploop snapshot DIR` finds it); a snapshot's daemon gets a private one. */
-  if (guid[0] || ploop_ctl_socket_path(disk_dir, p->socket, sizeof(p->socket)) < 0)
-    snprintf(p->socket, sizeof(p->socket), "%s/%s.ctl", PLOOP_ATTACH_RUN_DIR, p->id);
+  snprintf(p->nbd_socket, sizeof(p->nbd_socket), "%s/%s.nbd", PLOOP_ATTACH_RUN_DIR, p->id);
+  /* The daemon of the live top answers on the disk's well-known control
+   * socket, which `ploop snapshot DIR` and friends find by the disk dir. */
+  if (guid[0] || ploop_ctl_socket_path(disk_dir, p->control_socket, sizeof(p->control_socket)) < 0)
+    p->control_socket[0] = 0;
 }
 
 static int mkdir_p(const char *path)
@@ -100,11 +102,11 @@ static int mkdir_p(const char *path)
       continue;
     *s = 0;
     if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-      return ploop_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", tmp, strerror(errno));
+      return ploop_set_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", tmp, strerror(errno));
     *s = '/';
   }
   if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-    return ploop_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", tmp, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", tmp, strerror(errno));
   return 0;
 }
 
@@ -116,12 +118,12 @@ static int lock_state_dir(void)
     return -1;
   int fd = open(PLOOP_ATTACH_RUN_DIR "/.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0)
-    return ploop_error(PLOOP_ERR_IO, errno, "%s/.lock: %s", PLOOP_ATTACH_RUN_DIR, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_IO, errno, "%s/.lock: %s", PLOOP_ATTACH_RUN_DIR, strerror(errno));
   while (flock(fd, LOCK_EX) < 0) {
     if (errno != EINTR) {
       int e = errno;
       close(fd);
-      return ploop_error(PLOOP_ERR_IO, e, "lock %s: %s", PLOOP_ATTACH_RUN_DIR, strerror(e));
+      return ploop_set_error(PLOOP_ERR_IO, e, "lock %s: %s", PLOOP_ATTACH_RUN_DIR, strerror(e));
     }
   }
   return fd;
@@ -148,23 +150,23 @@ static int state_write(const char *path, const struct ploop_attach_info *i)
   snprintf(tmp, sizeof(tmp), "%s.tmp", path);
   FILE *f = fopen(tmp, "we");
   if (!f)
-    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", tmp, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", tmp, strerror(errno));
   fprintf(f,
           "disk_dir=%s\nsnapshot=%s\ndevice=%s\nkind=%s\nfuse_dir=%s\nmount_point=%s\n"
-          "fstype=%s\ncontrol_socket=%s\npid=%d\nreadonly=%d\n",
+          "fstype=%s\ncontrol_socket=%s\nnbd_socket=%s\npid=%d\nreadonly=%d\n",
           i->disk_dir, i->snapshot_guid, i->device, i->kind, i->fuse_dir, i->mount_point,
-          i->fstype, i->control_socket, (int)i->daemon_pid, i->readonly ? 1 : 0);
+          i->fstype, i->control_socket, i->nbd_socket, (int)i->daemon_pid, i->readonly ? 1 : 0);
   if (fflush(f) != 0 || fsync(fileno(f)) < 0) {
     int e = errno;
     fclose(f);
     unlink(tmp);
-    return ploop_error(PLOOP_ERR_IO, e, "%s: %s", tmp, strerror(e));
+    return ploop_set_error(PLOOP_ERR_IO, e, "%s: %s", tmp, strerror(e));
   }
   fclose(f);
   if (rename(tmp, path) < 0) {
     int e = errno;
     unlink(tmp);
-    return ploop_error(PLOOP_ERR_IO, e, "rename %s: %s", tmp, strerror(e));
+    return ploop_set_error(PLOOP_ERR_IO, e, "rename %s: %s", tmp, strerror(e));
   }
   return 0;
 }
@@ -190,7 +192,7 @@ static int state_read(const char *path, struct ploop_attach_info *i)
 {
   FILE *f = fopen(path, "re");
   if (!f)
-    return ploop_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", path, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", path, strerror(errno));
   memset(i, 0, sizeof(*i));
   char line[PATH_MAX + 64];
   while (fgets(line, sizeof(line), f)) {
@@ -216,6 +218,8 @@ static int state_read(const char *path, struct ploop_attach_info *i)
       copy_field(i->fstype, sizeof(i->fstype), v);
     else if (!strcmp(k, "control_socket"))
       copy_field(i->control_socket, sizeof(i->control_socket), v);
+    else if (!strcmp(k, "nbd_socket"))
+      copy_field(i->nbd_socket, sizeof(i->nbd_socket), v);
     else if (!strcmp(k, "pid"))
       i->daemon_pid = (pid_t)atoi(v);
     else if (!strcmp(k, "readonly"))
@@ -233,7 +237,7 @@ int ploop_attach_list(struct ploop_attach_info **out, size_t *n)
   DIR *d = opendir(PLOOP_ATTACH_RUN_DIR);
   if (!d)
     return errno == ENOENT ? 0
-                           : ploop_error(PLOOP_ERR_IO, errno, "%s: %s", PLOOP_ATTACH_RUN_DIR,
+                           : ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", PLOOP_ATTACH_RUN_DIR,
                                          strerror(errno));
   struct dirent *e;
   size_t cap = 0;
@@ -249,7 +253,7 @@ int ploop_attach_list(struct ploop_attach_info **out, size_t *n)
         free(*out);
         *out = NULL;
         *n = 0;
-        return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+        return ploop_set_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
       }
       *out = p;
     }
@@ -295,7 +299,7 @@ int attach_state_find(const char *what, struct ploop_attach_info *out)
     *out = all[found];
   free(all);
   if (found < 0)
-    return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: not attached", what);
+    return ploop_set_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: not attached", what);
   return 0;
 }
 
@@ -374,7 +378,7 @@ static int daemon_stop(pid_t pid)
   if (!daemon_alive(pid))
     return 0;
   if (kill(pid, SIGTERM) < 0 && errno != ESRCH)
-    return ploop_error(PLOOP_ERR_GENERIC, errno, "stop ploop-nbd (pid %d): %s", (int)pid,
+    return ploop_set_error(PLOOP_ERR_GENERIC, errno, "stop ploop-nbd (pid %d): %s", (int)pid,
                        strerror(errno));
   for (unsigned waited = 0; waited < DAEMON_STOP_TIMEOUT_MS; waited += 20) {
     /* Reap it if it is our own child (attach and umount in one process). */
@@ -384,7 +388,7 @@ static int daemon_stop(pid_t pid)
     sleep_ms(20);
   }
   kill(pid, SIGKILL);
-  return ploop_error(PLOOP_ERR_BUSY, ETIMEDOUT,
+  return ploop_set_error(PLOOP_ERR_BUSY, ETIMEDOUT,
                      "ploop-nbd (pid %d) did not stop in %d s; killed, run `ploop check -r`",
                      (int)pid, DAEMON_STOP_TIMEOUT_MS / 1000);
 }
@@ -396,7 +400,7 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
   daemon_path(exe, sizeof(exe));
   struct stat parent;
   if (stat(p->fuse_dir, &parent) < 0)
-    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", p->fuse_dir, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", p->fuse_dir, strerror(errno));
   unlink(p->pid_file);
   char *argv[16];
   int a = 0;
@@ -406,7 +410,7 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
   argv[a++] = "--fuse-name";
   argv[a++] = PLOOP_ATTACH_FUSE_FILE;
   argv[a++] = "-U";
-  argv[a++] = (char *)p->socket;
+  argv[a++] = (char *)p->nbd_socket;
   argv[a++] = "-d";
   argv[a++] = "--pid-file";
   argv[a++] = (char *)p->pid_file;
@@ -421,12 +425,12 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
 
   int log = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (log < 0)
-    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", p->log, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", p->log, strerror(errno));
   pid_t child = fork();
   if (child < 0) {
     int e = errno;
     close(log);
-    return ploop_error(PLOOP_ERR_GENERIC, e, "fork: %s", strerror(e));
+    return ploop_set_error(PLOOP_ERR_GENERIC, e, "fork: %s", strerror(e));
   }
   if (child == 0) {
     /* Its own session: the daemon must outlive the CLI and its terminal. */
@@ -456,7 +460,7 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
         pid_t orphan = read_pid_file(p->pid_file);
         if (orphan > 0)
           daemon_stop(orphan);
-        return ploop_error(PLOOP_ERR_GENERIC, EIO, "ploop-nbd failed: %s",
+        return ploop_set_error(PLOOP_ERR_GENERIC, EIO, "ploop-nbd failed: %s",
                            msg[0] ? msg : "no message");
       }
     }
@@ -477,7 +481,7 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
           waitpid(child, NULL, 0);
       }
       umount2(p->fuse_dir, MNT_DETACH);
-      return ploop_error(PLOOP_ERR_GENERIC, ETIMEDOUT,
+      return ploop_set_error(PLOOP_ERR_GENERIC, ETIMEDOUT,
                          "ploop-nbd did not export %s in %d s", disk_dir,
                          DAEMON_START_TIMEOUT_MS / 1000);
     }
@@ -493,12 +497,12 @@ static int loop_attach(const char *file, bool readonly, const char *label, char 
 {
   int ffd = open(file, (readonly ? O_RDONLY : O_RDWR) | O_DIRECT | O_CLOEXEC);
   if (ffd < 0)
-    return ploop_error(PLOOP_ERR_IO, errno, "%s: %s", file, strerror(errno));
+    return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", file, strerror(errno));
   int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
   if (ctl < 0) {
     int e = errno;
     close(ffd);
-    return ploop_error(PLOOP_ERR_IO, e, "/dev/loop-control: %s", strerror(e));
+    return ploop_set_error(PLOOP_ERR_IO, e, "/dev/loop-control: %s", strerror(e));
   }
   int rc = -1;
   /* Another process may take the free device between GET_FREE and
@@ -506,13 +510,13 @@ static int loop_attach(const char *file, bool readonly, const char *label, char 
   for (int attempt = 0; attempt < 16 && rc < 0; attempt++) {
     int nr = ioctl(ctl, LOOP_CTL_GET_FREE);
     if (nr < 0) {
-      ploop_error(PLOOP_ERR_IO, errno, "no free loop device: %s", strerror(errno));
+      ploop_set_error(PLOOP_ERR_IO, errno, "no free loop device: %s", strerror(errno));
       break;
     }
     snprintf(dev, len, "/dev/loop%d", nr);
     int lfd = open(dev, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
     if (lfd < 0) {
-      ploop_error(PLOOP_ERR_IO, errno, "%s: %s", dev, strerror(errno));
+      ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", dev, strerror(errno));
       break;
     }
     struct loop_config cfg;
@@ -525,7 +529,7 @@ static int loop_attach(const char *file, bool readonly, const char *label, char 
     if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) {
       rc = 0;
     } else if (errno != EBUSY) {
-      ploop_error(PLOOP_ERR_IO, errno, "%s: attach %s: %s", dev, file, strerror(errno));
+      ploop_set_error(PLOOP_ERR_IO, errno, "%s: attach %s: %s", dev, file, strerror(errno));
       close(lfd);
       break;
     }
@@ -540,12 +544,12 @@ static int loop_detach(const char *dev)
 {
   int fd = open(dev, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return errno == ENOENT ? 0 : ploop_error(PLOOP_ERR_IO, errno, "%s: %s", dev, strerror(errno));
+    return errno == ENOENT ? 0 : ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", dev, strerror(errno));
   int rc = 0;
   /* ENXIO: nothing bound any more (already detached). */
   for (int attempt = 0; ioctl(fd, LOOP_CLR_FD) < 0 && errno != ENXIO; attempt++) {
     if (errno != EBUSY || attempt == 50) {
-      rc = ploop_error(PLOOP_ERR_BUSY, errno, "%s: detach: %s", dev, strerror(errno));
+      rc = ploop_set_error(PLOOP_ERR_BUSY, errno, "%s: detach: %s", dev, strerror(errno));
       break;
     }
     sleep_ms(20);
@@ -576,7 +580,7 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
         return 0;
     }
   }
-  return ploop_error(e == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, e, "mount %s (%s) on %s: %s", dev,
+  return ploop_set_error(e == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, e, "mount %s (%s) on %s: %s", dev,
                      fstype, mp, strerror(e));
 }
 
@@ -589,7 +593,7 @@ static int teardown(struct ploop_attach_info *i, const struct paths *p)
   int rc = 0;
   if (i->mount_point[0] && is_mount_point(i->mount_point)) {
     if (umount2(i->mount_point, 0) < 0)
-      return ploop_error(errno == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, errno,
+      return ploop_set_error(errno == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, errno,
                          "umount %s: %s", i->mount_point, strerror(errno));
   }
   i->mount_point[0] = 0;
@@ -605,8 +609,6 @@ static int teardown(struct ploop_attach_info *i, const struct paths *p)
     rmdir(i->fuse_dir);
   }
   unlink(p->pid_file);
-  if (i->snapshot_guid[0])
-    unlink(i->control_socket);
   unlink(p->log);
   unlink(p->state);
   return rc;
@@ -621,26 +623,27 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
   struct ploop_attach_info i;
   memset(&i, 0, sizeof(i));
   if (!disk_dir_arg)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "mount: no disk given");
+    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "mount: no disk given");
   if (resolve_disk_dir(disk_dir_arg, i.disk_dir) < 0)
     return -1;
   if (o->snapshot_guid && ploop_uuid_normalize(o->snapshot_guid, i.snapshot_guid) < 0)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "'%s' is not a snapshot UUID", o->snapshot_guid);
+    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "'%s' is not a snapshot UUID", o->snapshot_guid);
   i.readonly = o->readonly || i.snapshot_guid[0];
   if (o->mount_point) {
     struct stat st;
     if (!realpath(o->mount_point, i.mount_point) || stat(i.mount_point, &st) < 0)
-      return ploop_error(PLOOP_ERR_NOTFOUND, errno, "mount point %s: %s", o->mount_point,
+      return ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "mount point %s: %s", o->mount_point,
                          strerror(errno));
     if (!S_ISDIR(st.st_mode))
-      return ploop_error(PLOOP_ERR_PARAM, ENOTDIR, "mount point %s is not a directory",
+      return ploop_set_error(PLOOP_ERR_PARAM, ENOTDIR, "mount point %s is not a directory",
                          o->mount_point);
   }
   snprintf(i.kind, sizeof(i.kind), "fuse+loop");
   struct paths p;
   make_paths(i.disk_dir, i.snapshot_guid, &p);
   snprintf(i.fuse_dir, sizeof(i.fuse_dir), "%s", p.fuse_dir);
-  snprintf(i.control_socket, sizeof(i.control_socket), "%s", p.socket);
+  snprintf(i.control_socket, sizeof(i.control_socket), "%s", p.control_socket);
+  snprintf(i.nbd_socket, sizeof(i.nbd_socket), "%s", p.nbd_socket);
 
   int lock = lock_state_dir();
   if (lock < 0)
@@ -649,17 +652,17 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
   if (access(p.state, F_OK) == 0 && state_read(p.state, &old) == 0) {
     unlock_state_dir(lock);
     if (old.daemon_alive)
-      return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s%s%s is already attached as %s%s%s",
+      return ploop_set_error(PLOOP_ERR_BUSY, EBUSY, "%s%s%s is already attached as %s%s%s",
                          i.disk_dir, i.snapshot_guid[0] ? " snapshot " : "", i.snapshot_guid,
                          old.device, old.mount_point[0] ? " on " : "", old.mount_point);
-    return ploop_error(PLOOP_ERR_BUSY, EBUSY,
+    return ploop_set_error(PLOOP_ERR_BUSY, EBUSY,
                        "%s: a previous attach died (daemon gone); run `ploop umount %s` first",
                        i.disk_dir, i.disk_dir);
   }
   /* From here on, every step is recorded in I so teardown() can undo it. */
   int rc = -1;
   if (mkdir(p.fuse_dir, 0700) < 0 && errno != EEXIST) {
-    ploop_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", p.fuse_dir, strerror(errno));
+    ploop_set_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", p.fuse_dir, strerror(errno));
     goto fail_nostate;
   }
   char want_mp[PATH_MAX];
@@ -703,7 +706,7 @@ fail: {
   snprintf(msg, sizeof(msg), "%s", ploop_get_error());
   teardown(&i, &p);
   rmdir(p.fuse_dir);
-  ploop_error(status, err, "%s", msg);
+  ploop_set_error(status, err, "%s", msg);
 }
   unlock_state_dir(lock);
   return rc;
@@ -712,7 +715,7 @@ fail: {
 int ploop_attach_umount(const char *what)
 {
   if (!what)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "umount: nothing given");
+    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "umount: nothing given");
   int lock = lock_state_dir();
   if (lock < 0)
     return -1;
@@ -742,6 +745,6 @@ int ploop_attach_format(const char *disk_dir, const char *fstype)
   if (ploop_attach_umount(i.disk_dir) < 0)
     return -1;
   if (rc < 0)
-    return ploop_error(status, err, "%s", msg);
+    return ploop_set_error(status, err, "%s", msg);
   return 0;
 }

@@ -44,7 +44,8 @@ struct ploop_attach_info {
   char fuse_dir[PATH_MAX];       /* FUSE mount holding the disk file ("" for nbd) */
   char mount_point[PATH_MAX];    /* "" when only the device is attached */
   char fstype[32];               /* "" when not mounted and not probed */
-  char control_socket[PATH_MAX]; /* the daemon's control socket */
+  char control_socket[PATH_MAX]; /* the daemon's control socket ("" for a snapshot) */
+  char nbd_socket[PATH_MAX];     /* the daemon also serves the disk over NBD here */
   pid_t daemon_pid;
   bool readonly;
   bool daemon_alive;             /* filled by list/find: false after a crash */

@@ -3,7 +3,7 @@
  * device (direct I/O) can attach the disk on a kernel with no ploop module. */
 #define FUSE_USE_VERSION 314
 #include "fuse-export.h"
-/* ploop_error(): our failures are reported the libploop way (see
+/* ploop_set_error(): our failures are reported the libploop way (see
  * /work/api-requests.md: a public setter is requested). */
 #include "internal.h"
 
@@ -406,12 +406,12 @@ struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const
                                                   const char *file_name, bool readonly)
 {
   if (!disk || !mountpoint || !file_name || !*file_name || strchr(file_name, '/')) {
-    ploop_error(PLOOP_ERR_PARAM, EINVAL, "fuse export: a mount point and a plain file name are needed");
+    ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "fuse export: a mount point and a plain file name are needed");
     return NULL;
   }
   struct ploop_fuse_export *fx = calloc(1, sizeof(*fx));
   if (!fx) {
-    ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "fuse export: out of memory");
+    ploop_set_error(PLOOP_ERR_GENERIC, ENOMEM, "fuse export: out of memory");
     return NULL;
   }
   fx->disk = disk;
@@ -424,7 +424,7 @@ struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const
   fx->file_name = strdup(file_name);
   if (!fx->mountpoint || !fx->file_name) {
     export_free(fx);
-    ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "fuse export: out of memory");
+    ploop_set_error(PLOOP_ERR_GENERIC, ENOMEM, "fuse export: out of memory");
     return NULL;
   }
   fuse_set_log_func(quiet_log);
@@ -438,7 +438,7 @@ struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const
   fuse_opt_free_args(&args);
   if (!fx->se) {
     export_free(fx);
-    ploop_error(PLOOP_ERR_GENERIC, EIO, "fuse export: cannot start a FUSE session (is /dev/fuse there?)");
+    ploop_set_error(PLOOP_ERR_GENERIC, EIO, "fuse export: cannot start a FUSE session (is /dev/fuse there?)");
     return NULL;
   }
   errno = 0;
@@ -446,7 +446,7 @@ struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const
     int e = errno ? errno : EIO;
     fuse_session_destroy(fx->se);
     export_free(fx);
-    ploop_error(PLOOP_ERR_IO, e, "fuse export: mount on %s: %s", mountpoint, strerror(e));
+    ploop_set_error(PLOOP_ERR_IO, e, "fuse export: mount on %s: %s", mountpoint, strerror(e));
     return NULL;
   }
   int e = pthread_create(&fx->thread, NULL, loop_thread, fx);
@@ -454,7 +454,7 @@ struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const
     fuse_session_unmount(fx->se);
     fuse_session_destroy(fx->se);
     export_free(fx);
-    ploop_error(PLOOP_ERR_GENERIC, e, "fuse export: start thread: %s", strerror(e));
+    ploop_set_error(PLOOP_ERR_GENERIC, e, "fuse export: start thread: %s", strerror(e));
     return NULL;
   }
   fx->thread_started = true;
