@@ -289,6 +289,10 @@ static int parse_doc(struct ploop_descriptor *d, xmlDoc *doc, const char *xml)
       return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: Shot with a missing or invalid GUID", xml);
     if (descriptor_find_shot(d, guid))
       return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: two snapshots with GUID %s", xml, guid);
+    struct ploop_snapshot_desc *grown = realloc(d->snapshots, (d->n_snapshots + 1) * sizeof *grown);
+    if (!grown)
+      return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    d->snapshots = grown;
     struct ploop_snapshot_desc *sh = &d->snapshots[d->n_snapshots++];
     memset(sh, 0, sizeof *sh);
     memcpy(sh->guid, guid, sizeof sh->guid);

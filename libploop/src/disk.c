@@ -340,7 +340,7 @@ int ploop_disk_flush(struct ploop_disk *disk)
 }
 
 /* Makes whole cluster VC read as zeros. KEEP: keep it allocated in the top. */
-static int zero_cluster(struct ploop_disk *disk, uint64_t vc, bool keep)
+int disk_zero_cluster(struct ploop_disk *disk, uint64_t vc, bool keep)
 {
   struct ploop_delta *top = disk->deltas[0];
   uint64_t cb = disk->cluster_bytes;
@@ -384,7 +384,7 @@ static int zero_range(struct ploop_disk *disk, uint64_t off, uint64_t len, bool 
     uint64_t vc = o / cb, coff = o % cb;
     uint64_t n = min_u64(l, cb - coff);
     if (n == cb) {
-      rc = zero_cluster(disk, vc, keep);
+      rc = disk_zero_cluster(disk, vc, keep);
     } else if (disk_find(disk, 0, vc, NULL) || keep) {
       /* Partial cluster: zeros through the ordinary write path. */
       if (!zeros && !(zeros = ploop_aligned_alloc(cb)))

@@ -130,6 +130,8 @@ int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc,
                             void *buf, size_t len);
 /* Depth (1-based) of the first delta from index FROM that holds VC; 0 if none. */
 unsigned disk_find(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t *off);
+/* Makes whole cluster VC read as zeros (KEEP: stay allocated in the top). Caller holds disk->rw. */
+int disk_zero_cluster(struct ploop_disk *disk, uint64_t vc, bool keep);
 /* Opens the chain of descriptor images ending at GUID. */
 int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags);
 void disk_close_deltas(struct ploop_disk *disk, bool clean);
@@ -138,6 +140,16 @@ void disk_close_deltas(struct ploop_disk *disk, bool clean);
 /* Copy every cluster X holds into P (below it), appending in P as needed. */
 int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress,
                      void *opaque, uint64_t done_base, uint64_t total);
+
+/* ---- snapshots, merge, resize ---- */
+struct ploop_descriptor *descriptor_load_locked(const char *dir_or_xml, int *lock);
+/* Offline: merge image CHILD_GUID into its parent; the parent's file takes
+ * the child's GUID. D is loaded with the disk lock held and is updated. */
+int merge_child_into_parent(struct ploop_descriptor *d, const char *child_guid, ploop_progress_fn progress,
+                            void *opaque);
+/* Grow or shrink a delta's virtual size, relocating data clusters that sit
+ * where a bigger BAT must go. FORCE drops clusters past a smaller end. */
+int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force);
 
 /* ---- descriptor internals (descriptor.c) ---- */
 struct ploop_descriptor *descriptor_new(const char *dir, uint64_t size_sectors,

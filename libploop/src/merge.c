@@ -1,0 +1,246 @@
+/* Merging a delta into its parent, offline and online. Crash safety: the
+ * parent is marked Temporary in the descriptor before it changes (so no one
+ * serves it as a snapshot), only clusters the child holds are written into
+ * it (reads through the child see the same data at every step), and the
+ * descriptor switch that drops the child comes after the parent is durable. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static struct ploop_delta *open_image(const struct ploop_descriptor *d, const struct ploop_image_desc *im,
+                                      bool rdwr)
+{
+  char *path = ploop_descriptor_image_path(d, im);
+  if (!path)
+    return NULL;
+  struct ploop_delta *x = im->plain ? delta_open_raw(path, d->cluster_sectors, rdwr)
+                                    : delta_open(path, rdwr ? PLOOP_OPEN_RDWR : PLOOP_OPEN_RDONLY);
+  free(path);
+  return x;
+}
+
+/* Checks that CHILD can merge into its parent; fills PARENT guid. */
+static int merge_preflight(struct ploop_descriptor *d, const char *child, char *parent)
+{
+  struct ploop_snapshot_desc *cs = descriptor_find_shot(d, child);
+  if (!cs || !ploop_descriptor_find_image(d, child))
+    return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s", d->dir, child);
+  if (!strcmp(cs->parent, PLOOP_NULL_GUID))
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: %s is the base image; there is nothing below to merge into",
+                       d->dir, child);
+  snprintf(parent, PLOOP_UUID_LEN + 1, "%s", cs->parent);
+  size_t n = descriptor_children(d, parent, NULL);
+  if (n > 1)
+    return ploop_error(PLOOP_ERR_PARAM, EBUSY,
+                       "%s: snapshot %s has %zu children; merging one into it would change the others", d->dir,
+                       parent, n);
+  if (ploop_descriptor_find_image(d, child)->plain)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: a raw image cannot be merged down", d->dir);
+  return 0;
+}
+
+/* The descriptor after the merge: the parent's file now holds the child's
+ * state and carries the child's GUID. */
+static void merge_commit_descriptor(struct ploop_descriptor *d, const char *child, const char *parent)
+{
+  struct ploop_snapshot_desc *ps = descriptor_find_shot(d, parent);
+  char grand[PLOOP_UUID_LEN + 1];
+  snprintf(grand, sizeof grand, "%s", ps->parent);
+  descriptor_remove_image(d, child);
+  for (size_t i = 0; i < d->n_images; i++)
+    if (!strcmp(d->images[i].guid, parent))
+      snprintf(d->images[i].guid, sizeof d->images[i].guid, "%s", child);
+  ps = descriptor_find_shot(d, parent);
+  snprintf(ps->guid, sizeof ps->guid, "%s", child);
+  snprintf(ps->parent, sizeof ps->parent, "%s", grand);
+  ps->temporary = false;
+}
+
+/* Copies X into P (P open read-write) and grows P to X's size if needed. */
+static int merge_data(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque)
+{
+  if (!p->raw && x->h.size_sectors > p->h.size_sectors && delta_set_size(p, x->h.size_sectors, false) < 0)
+    return -1;
+  uint64_t total = delta_count_allocated(x);
+  if (merge_delta_into(x, p, progress, opaque, 0, total) < 0)
+    return -1;
+  if (!p->raw && x->h.size_sectors < p->h.size_sectors && delta_set_size(p, x->h.size_sectors, true) < 0)
+    return -1;
+  return 0;
+}
+
+int merge_child_into_parent(struct ploop_descriptor *d, const char *child, ploop_progress_fn progress, void *opaque)
+{
+  char parent[PLOOP_UUID_LEN + 1];
+  if (merge_preflight(d, child, parent) < 0)
+    return -1;
+  const struct ploop_image_desc *ci = ploop_descriptor_find_image(d, child);
+  char *child_path = ploop_descriptor_image_path(d, ci);
+  struct ploop_delta *x = open_image(d, ci, false);
+  struct ploop_delta *p = x ? open_image(d, ploop_descriptor_find_image(d, parent), true) : NULL;
+  int rc = -1;
+  if (!child_path || !x || !p)
+    goto out;
+  descriptor_find_shot(d, parent)->temporary = true;
+  if (ploop_descriptor_save(d) < 0)
+    goto out;
+  if (merge_data(x, p, progress, opaque) < 0)
+    goto out;
+  merge_commit_descriptor(d, child, parent);
+  if (ploop_descriptor_save(d) < 0)
+    goto out;
+  rc = 0;
+out:
+  if (p && delta_close(p, true) < 0)
+    rc = -1;
+  delta_close(x, false);
+  if (rc == 0 && unlink(child_path) < 0)
+    rc = ploop_error_os(child_path, "remove merged delta");
+  free(child_path);
+  if (rc < 0)
+    ploop_error_wrap("merge %s", child);
+  return rc;
+}
+
+int ploop_snapshot_merge(const char *dir_or_xml, const char *guid, bool all, ploop_progress_fn progress,
+                         void *opaque)
+{
+  int lock;
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  if (!d)
+    return -1;
+  int rc = 0;
+  char g[PLOOP_UUID_LEN + 1];
+  if (all) {
+    /* Bottom-up: each delta is copied once, into the base. */
+    for (;;) {
+      size_t idx[PLOOP_MAX_DELTAS];
+      int n = ploop_descriptor_chain(d, NULL, idx, PLOOP_MAX_DELTAS);
+      if (n < 0) {
+        rc = -1;
+        break;
+      }
+      if (n < 2)
+        break;
+      snprintf(g, sizeof g, "%s", d->images[idx[1]].guid);
+      if ((rc = merge_child_into_parent(d, g, progress, opaque)) < 0)
+        break;
+    }
+  } else {
+    if (guid) {
+      if (ploop_uuid_normalize(guid, g) < 0)
+        rc = -1;
+    } else {
+      snprintf(g, sizeof g, "%s", PLOOP_TOP_GUID);
+    }
+    if (rc == 0)
+      rc = merge_child_into_parent(d, g, progress, opaque);
+  }
+  ploop_unlock_disk(lock);
+  ploop_descriptor_free(d);
+  return rc;
+}
+
+/* Online: merge the delta at stack index I into the one below it. Below the
+ * top, the copy runs while I/O goes on (what changes in the parent is
+ * shadowed by the child); the top itself is merged with I/O paused. */
+static int disk_merge_index(struct ploop_disk *disk, unsigned i, ploop_progress_fn progress, void *opaque)
+{
+  char child[PLOOP_UUID_LEN + 1], parent[PLOOP_UUID_LEN + 1];
+  struct ploop_descriptor *d = NULL;
+  struct ploop_delta *p = NULL;
+  int rc = -1;
+  bool top = i == 0;
+  if (top)
+    pthread_rwlock_wrlock(&disk->rw);
+  else
+    pthread_rwlock_rdlock(&disk->rw);
+  d = descriptor_dup(disk->desc);
+  if (!d)
+    goto unlock;
+  size_t idx[PLOOP_MAX_DELTAS];
+  int n = ploop_descriptor_chain(d, NULL, idx, PLOOP_MAX_DELTAS);
+  if (n < 0 || (unsigned)n != disk->n)
+    goto unlock;
+  snprintf(child, sizeof child, "%s", d->images[idx[n - 1 - i]].guid);
+  if (merge_preflight(d, child, parent) < 0)
+    goto unlock;
+  p = open_image(d, ploop_descriptor_find_image(d, parent), true);
+  if (!p)
+    goto unlock;
+  if (top)
+    delta_flush(disk->deltas[0]);
+  descriptor_find_shot(d, parent)->temporary = true;
+  if (ploop_descriptor_save(d) < 0 || merge_data(disk->deltas[i], p, progress, opaque) < 0)
+    goto unlock;
+  if (!top) {
+    pthread_rwlock_unlock(&disk->rw);
+    pthread_rwlock_wrlock(&disk->rw);
+  }
+  merge_commit_descriptor(d, child, parent);
+  if (ploop_descriptor_save(d) < 0)
+    goto unlock;
+  /* Swap the stack: P (read-write object) replaces child and old parent. */
+  struct ploop_delta *x = disk->deltas[i], *old_p = disk->deltas[i + 1];
+  if (!top) {
+    delta_set_in_use(p, false);
+    p->rdwr = false;
+  }
+  disk->deltas[i] = p;
+  memmove(&disk->deltas[i + 1], &disk->deltas[i + 2], (disk->n - i - 2) * sizeof disk->deltas[0]);
+  disk->n--;
+  p = NULL;
+  ploop_descriptor_free(disk->desc);
+  disk->desc = d;
+  d = NULL;
+  char *xpath = ploop_strdup(x->path);
+  x->rdwr = false;
+  delta_close(x, false);
+  delta_close(old_p, false);
+  if (xpath && unlink(xpath) < 0)
+    ploop_error_os(xpath, "remove merged delta");
+  free(xpath);
+  rc = 0;
+unlock:
+  pthread_rwlock_unlock(&disk->rw);
+  if (p)
+    delta_close(p, true);
+  ploop_descriptor_free(d);
+  return rc;
+}
+
+int ploop_disk_merge(struct ploop_disk *disk, const char *guid, bool all, ploop_progress_fn progress, void *opaque)
+{
+  if (!disk->rdwr || disk->snapshot_guid)
+    return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: merge needs the disk open read-write", disk->dir);
+  if (all) {
+    while (disk->n > 1)
+      if (disk_merge_index(disk, disk->n - 2, progress, opaque) < 0)
+        return -1;
+    return 0;
+  }
+  unsigned i = 0;
+  if (guid) {
+    char g[PLOOP_UUID_LEN + 1];
+    if (ploop_uuid_normalize(guid, g) < 0)
+      return -1;
+    pthread_rwlock_rdlock(&disk->rw);
+    size_t idx[PLOOP_MAX_DELTAS];
+    int n = ploop_descriptor_chain(disk->desc, NULL, idx, PLOOP_MAX_DELTAS);
+    bool found = false;
+    for (int k = 0; k < n; k++)
+      if (!strcmp(disk->desc->images[idx[k]].guid, g)) {
+        i = (unsigned)(n - 1 - k);
+        found = true;
+      }
+    pthread_rwlock_unlock(&disk->rw);
+    if (!found)
+      return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s in the served stack", disk->dir, g);
+  }
+  if (i + 1 >= disk->n)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the base image has nothing below to merge into", disk->dir);
+  return disk_merge_index(disk, i, progress, opaque);
+}

@@ -1,0 +1,272 @@
+/* Resize of a delta and of a disk, and compaction. Growing past what the
+ * BAT area holds relocates the data clusters that sit where the BAT must
+ * grow (copy, durable, repoint), zeroes the freed space, and writes the
+ * header last: a crash at any point leaves the old or the new size, whole. */
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static int relocate_for_bat(struct ploop_delta *d, uint64_t new_first)
+{
+  uint64_t cb = d->cluster_bytes;
+  uint64_t old_first = div_round_up((uint64_t)d->h.first_block * 512, cb);
+  if (d->alloc_head < new_first)
+    d->alloc_head = new_first;
+  uint8_t *buf = ploop_aligned_alloc(cb);
+  if (!buf)
+    return -1;
+  uint64_t moved = 0;
+  int rc = 0;
+  uint64_t *vcs = calloc(new_first - old_first, sizeof *vcs), *offs = calloc(new_first - old_first, sizeof *offs);
+  if (!vcs || !offs)
+    rc = ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+  for (uint64_t vc = 0; rc == 0 && vc < d->h.bat_entries; vc++) {
+    uint64_t off = delta_lookup(d, vc);
+    if (!off || off / cb >= new_first)
+      continue;
+    uint64_t to = d->alloc_head++ * cb;
+    rc = ploop_pread_full(d->fd, buf, cb, off, d->path);
+    if (rc == 0)
+      rc = ploop_pwrite_full(d->fd, buf, cb, to, d->path);
+    vcs[moved] = vc;
+    offs[moved++] = to;
+  }
+  if (rc == 0 && moved && fdatasync(d->fd) < 0)
+    rc = ploop_error_os(d->path, "fdatasync");
+  for (uint64_t i = 0; rc == 0 && i < moved; i++)
+    delta_set_entry(d, vcs[i], offs[i]);
+  if (rc == 0)
+    rc = delta_flush(d);
+  /* The freed clusters become BAT: they must read as empty slots. */
+  memset(buf, 0, cb);
+  for (uint64_t c = old_first; rc == 0 && c < new_first; c++)
+    rc = ploop_pwrite_full(d->fd, buf, cb, c * cb, d->path);
+  if (rc == 0 && fdatasync(d->fd) < 0)
+    rc = ploop_error_os(d->path, "fdatasync");
+  free(vcs);
+  free(offs);
+  free(buf);
+  return rc;
+}
+
+static int grow_bat_buffer(struct ploop_delta *d, size_t bytes)
+{
+  uint8_t *nb = ploop_aligned_alloc(bytes);
+  uint8_t *np = calloc(bytes / PLOOP_BAT_PAGE, 1);
+  if (!nb || !np) {
+    free(nb);
+    free(np);
+    return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+  }
+  memcpy(nb, d->bat_raw, d->bat_bytes);
+  memcpy(np, d->page_dirty, d->n_pages);
+  free(d->bat_raw);
+  free(d->page_dirty);
+  d->bat_raw = nb;
+  d->page_dirty = np;
+  d->bat_bytes = bytes;
+  d->n_pages = bytes / PLOOP_BAT_PAGE;
+  return 0;
+}
+
+int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force)
+{
+  uint32_t cs = d->h.cluster_sectors;
+  uint64_t cb = d->cluster_bytes;
+  uint64_t sectors = round_up(size_sectors, cs);
+  uint64_t entries = sectors / cs;
+  if (sectors == 0 || sectors * 512 > PLOOP_MAX_VIRTUAL_BYTES)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size %llu bytes is out of range (1 cluster to 50 TiB)", d->path,
+                       (unsigned long long)sectors * 512);
+  if (d->h.version == 1 && sectors > UINT32_MAX)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format v1 is limited to 2 TiB", d->path);
+  uint64_t old_entries = d->h.bat_entries;
+  if (entries < old_entries) {
+    uint64_t lost = 0;
+    for (uint64_t vc = entries; vc < old_entries; vc++)
+      lost += delta_lookup(d, vc) != 0;
+    if (lost && !force)
+      return ploop_error(PLOOP_ERR_PARAM, EINVAL,
+                         "%s: %llu allocated clusters lie past the new end; shrink the filesystem first or use --force",
+                         d->path, (unsigned long long)lost);
+    for (uint64_t vc = entries; vc < old_entries; vc++)
+      if (delta_lookup(d, vc))
+        delta_set_entry(d, vc, 0);
+  } else {
+    uint64_t need = round_up(PLOOP_HEADER_SIZE + 4 * entries, cb);
+    if (need > (uint64_t)d->h.first_block * 512) {
+      if (relocate_for_bat(d, need / cb) < 0)
+        return -1;
+      if (grow_bat_buffer(d, round_up(need, PLOOP_BAT_PAGE)) < 0)
+        return -1;
+      d->h.first_block = (uint32_t)(need / 512);
+    }
+    /* Slots between the old and new end must be empty. */
+    for (uint64_t vc = old_entries; vc < entries; vc++)
+      if (delta_bat(d)[vc])
+        delta_set_entry(d, vc, 0);
+  }
+  /* BAT pages first (the header lives in page 0 and is written last). */
+  uint32_t keep_entries = d->h.bat_entries;
+  uint64_t keep_sectors = d->h.size_sectors;
+  if (delta_flush(d) < 0)
+    return -1;
+  d->h.bat_entries = (uint32_t)entries;
+  d->h.size_sectors = sectors;
+  delta_fill_geometry(&d->h, sectors);
+  if (delta_write_header(d) < 0) {
+    d->h.bat_entries = keep_entries;
+    d->h.size_sectors = keep_sectors;
+    return -1;
+  }
+  return 0;
+}
+
+int ploop_disk_resize(struct ploop_disk *disk, uint64_t new_bytes, unsigned flags)
+{
+  if (!disk->rdwr || disk->snapshot_guid)
+    return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: resize needs the disk open read-write", disk->dir);
+  if (new_bytes == 0)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size must be greater than zero", disk->dir);
+  pthread_rwlock_wrlock(&disk->rw);
+  int rc = -1;
+  struct ploop_delta *top = disk->deltas[0];
+  uint64_t cb = disk->cluster_bytes;
+  uint64_t sectors = round_up(div_round_up(new_bytes, 512), disk->desc->cluster_sectors);
+  uint64_t old_clusters = div_round_up(disk->size_bytes, cb), new_clusters = sectors * 512 / cb;
+  struct ploop_descriptor *nd = NULL;
+  if (top->raw) {
+    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the top image is raw; convert it to ploop1 to resize", disk->dir);
+    goto out;
+  }
+  if (new_clusters < old_clusters) {
+    uint64_t lost = 0;
+    for (uint64_t vc = new_clusters; vc < old_clusters; vc++)
+      lost += disk_find(disk, 0, vc, NULL) != 0;
+    if (lost && !(flags & PLOOP_RESIZE_FORCE)) {
+      ploop_error(PLOOP_ERR_PARAM, EINVAL,
+                  "%s: %llu allocated clusters lie past the new end; shrink the filesystem first or use --force",
+                  disk->dir, (unsigned long long)lost);
+      goto out;
+    }
+  }
+  if (delta_set_size(top, sectors, flags & PLOOP_RESIZE_FORCE) < 0)
+    goto out;
+  /* A lower delta may hold data past an earlier shrink: the top hides it. */
+  for (uint64_t vc = old_clusters; vc < new_clusters; vc++)
+    if (disk_find(disk, 1, vc, NULL) && disk_zero_cluster(disk, vc, true) < 0)
+      goto out;
+  if (delta_flush(top) < 0)
+    goto out;
+  nd = descriptor_dup(disk->desc);
+  if (!nd)
+    goto out;
+  nd->size_sectors = sectors;
+  nd->cylinders = (uint32_t)min_u64(sectors / (16 * 63), UINT32_MAX);
+  if (ploop_descriptor_save(nd) < 0)
+    goto out;
+  ploop_descriptor_free(disk->desc);
+  disk->desc = nd;
+  nd = NULL;
+  disk->size_bytes = sectors * 512;
+  if (disk->dirty && disk->dirty_bytes < div_round_up(new_clusters, 8)) {
+    uint8_t *b = calloc(div_round_up(new_clusters, 8), 1);
+    if (b) {
+      memcpy(b, disk->dirty, disk->dirty_bytes);
+      free(disk->dirty);
+      disk->dirty = b;
+      disk->dirty_bytes = div_round_up(new_clusters, 8);
+    } else {
+      disk->dirty_on = false; /* cannot track any more: say so to the next reader */
+    }
+  }
+  rc = 0;
+out:
+  ploop_descriptor_free(nd);
+  pthread_rwlock_unlock(&disk->rw);
+  return rc;
+}
+
+int ploop_resize(const char *dir_or_xml, uint64_t new_bytes, unsigned flags)
+{
+  struct ploop_disk *disk = ploop_disk_open(dir_or_xml, NULL, PLOOP_OPEN_RDWR);
+  if (!disk)
+    return -1;
+  int rc = ploop_disk_resize(disk, new_bytes, flags);
+  if (ploop_disk_close(disk) < 0)
+    rc = -1;
+  return rc;
+}
+
+int ploop_disk_compact(struct ploop_disk *disk, uint64_t *bytes_reclaimed)
+{
+  if (bytes_reclaimed)
+    *bytes_reclaimed = 0;
+  if (!disk->rdwr || disk->snapshot_guid)
+    return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: compaction needs the disk open read-write", disk->dir);
+  pthread_rwlock_wrlock(&disk->rw);
+  struct ploop_delta *d = disk->deltas[0];
+  int rc = 0;
+  uint64_t *owner = NULL; /* physical cluster -> virtual cluster + 1 */
+  uint8_t *buf = NULL;
+  if (d->raw)
+    goto out;
+  uint64_t cb = d->cluster_bytes, first = div_round_up((uint64_t)d->h.first_block * 512, cb);
+  uint64_t head = d->alloc_head;
+  owner = calloc(head + 1, sizeof *owner);
+  buf = ploop_aligned_alloc(cb);
+  if (!owner || !buf) {
+    rc = ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    goto out;
+  }
+  for (uint64_t vc = 0; vc < d->h.bat_entries; vc++) {
+    uint64_t off = delta_lookup(d, vc);
+    if (off && off / cb < head)
+      owner[off / cb] = vc + 1;
+  }
+  if ((rc = delta_flush(d)) < 0)
+    goto out;
+  uint64_t hole = first, tail = head;
+  uint64_t moves = 0;
+  for (;;) {
+    while (hole < head && owner[hole])
+      hole++;
+    while (tail > first && !owner[tail - 1])
+      tail--;
+    if (hole >= tail - 1 || tail == first)
+      break;
+    uint64_t from = tail - 1, vc = owner[from] - 1;
+    if ((rc = ploop_pread_full(d->fd, buf, cb, from * cb, d->path)) < 0 ||
+        (rc = ploop_pwrite_full(d->fd, buf, cb, hole * cb, d->path)) < 0)
+      goto out;
+    owner[hole] = vc + 1;
+    owner[from] = 0;
+    /* Rule 1: the copy is durable before the entry moves; batched per 256 moves. */
+    delta_set_entry(d, vc, hole * cb);
+    if (++moves % 256 == 0 && (rc = delta_flush(d)) < 0)
+      goto out;
+  }
+  if ((rc = delta_flush(d)) < 0)
+    goto out;
+  while (tail > first && !owner[tail - 1])
+    tail--;
+  off_t old_size = lseek(d->fd, 0, SEEK_END);
+  if (tail < first)
+    tail = first;
+  if (ftruncate(d->fd, (off_t)(tail * cb)) < 0 || fdatasync(d->fd) < 0) {
+    rc = ploop_error_os(d->path, "truncate");
+    goto out;
+  }
+  d->alloc_head = tail;
+  if (bytes_reclaimed && old_size > (off_t)(tail * cb))
+    *bytes_reclaimed = (uint64_t)old_size - tail * cb;
+out:
+  free(owner);
+  free(buf);
+  pthread_rwlock_unlock(&disk->rw);
+  return rc;
+}

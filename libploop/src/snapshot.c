@@ -1,0 +1,255 @@
+/* Snapshots: create (instant: one new empty file and a descriptor rewrite),
+ * switch, delete. Merging lives in merge.c. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* A file name for a new delta beside the base image: "<base>.{uuid}". */
+static int new_delta_name(const struct ploop_descriptor *desc, char *out, size_t len)
+{
+  size_t idx[PLOOP_MAX_DELTAS];
+  int n = ploop_descriptor_chain(desc, NULL, idx, PLOOP_MAX_DELTAS);
+  if (n < 0)
+    return -1;
+  const char *base = desc->images[idx[0]].file;
+  char uuid[PLOOP_UUID_LEN + 1];
+  ploop_uuid_generate(uuid);
+  if ((size_t)snprintf(out, len, "%s.%s", base, uuid) >= len)
+    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: image name too long", base);
+  return 0;
+}
+
+static int pick_guid(const struct ploop_descriptor *desc, const char *guid, char *out)
+{
+  if (guid) {
+    if (ploop_uuid_normalize(guid, out) < 0)
+      return -1;
+    if (!strcmp(out, PLOOP_TOP_GUID) || !strcmp(out, PLOOP_NULL_GUID))
+      return ploop_error(PLOOP_ERR_PARAM, EINVAL, "UUID %s is reserved", out);
+  } else {
+    ploop_uuid_generate(out);
+  }
+  if (ploop_descriptor_find_image(desc, out))
+    return ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: snapshot %s already exists", desc->dir, out);
+  return 0;
+}
+
+/* Renames image GUID FROM to TO everywhere in the descriptor. */
+static void rename_guid(struct ploop_descriptor *d, const char *from, const char *to)
+{
+  char f[PLOOP_UUID_LEN + 1];
+  snprintf(f, sizeof f, "%s", from);
+  for (size_t i = 0; i < d->n_images; i++)
+    if (!strcmp(d->images[i].guid, f))
+      snprintf(d->images[i].guid, sizeof d->images[i].guid, "%s", to);
+  for (size_t i = 0; i < d->n_snapshots; i++) {
+    if (!strcmp(d->snapshots[i].guid, f))
+      snprintf(d->snapshots[i].guid, sizeof d->snapshots[i].guid, "%s", to);
+    if (!strcmp(d->snapshots[i].parent, f))
+      snprintf(d->snapshots[i].parent, sizeof d->snapshots[i].parent, "%s", to);
+  }
+  if (!strcmp(d->top_guid, f))
+    snprintf(d->top_guid, sizeof d->top_guid, "%s", to);
+}
+
+int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
+{
+  if (!disk->rdwr || disk->snapshot_guid)
+    return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: snapshot needs the disk open read-write", disk->dir);
+  char g[PLOOP_UUID_LEN + 1], file[1024], path[4096];
+  struct ploop_descriptor *nd = NULL;
+  struct ploop_delta *nt = NULL;
+  int rc = -1;
+  pthread_rwlock_wrlock(&disk->rw); /* drains in-flight I/O: nothing acknowledged is left out */
+  if (disk->n >= PLOOP_MAX_DELTAS) {
+    ploop_error(PLOOP_ERR_PARAM, EMLINK, "%s: at most %u snapshots", disk->dir, PLOOP_MAX_DELTAS - 2);
+    goto out;
+  }
+  if (pick_guid(disk->desc, guid, g) < 0 || new_delta_name(disk->desc, file, sizeof file) < 0)
+    goto out;
+  struct ploop_delta *top = disk->deltas[0];
+  if (delta_flush(top) < 0)
+    goto out;
+  snprintf(path, sizeof path, "%s/%s", disk->dir, file);
+  struct ploop_delta_create_params p = {
+      .size_bytes = disk->size_bytes,
+      .cluster_sectors = disk->desc->cluster_sectors,
+      .version = top->raw ? 2 : top->h.version,
+  };
+  if (delta_create_file(path, &p, 0) < 0)
+    goto out;
+  nt = delta_open(path, PLOOP_OPEN_RDWR);
+  if (!nt)
+    goto fail_unlink;
+  nd = descriptor_dup(disk->desc);
+  if (!nd)
+    goto fail_unlink;
+  rename_guid(nd, PLOOP_TOP_GUID, g);
+  if (descriptor_add_image(nd, PLOOP_TOP_GUID, file, g) < 0)
+    goto fail_unlink;
+  snprintf(nd->top_guid, sizeof nd->top_guid, "%s", PLOOP_TOP_GUID);
+  /* The old top is now immutable: close it cleanly on disk first. */
+  if (delta_set_in_use(top, false) < 0)
+    goto fail_unlink;
+  if (ploop_descriptor_save(nd) < 0) {
+    delta_set_in_use(top, true);
+    goto fail_unlink;
+  }
+  top->rdwr = false;
+  memmove(&disk->deltas[1], &disk->deltas[0], disk->n * sizeof disk->deltas[0]);
+  disk->deltas[0] = nt;
+  disk->n++;
+  ploop_descriptor_free(disk->desc);
+  disk->desc = nd;
+  nd = NULL;
+  nt = NULL;
+  if (out)
+    snprintf(out, PLOOP_UUID_LEN + 1, "%s", g);
+  rc = 0;
+  goto out;
+fail_unlink:
+  delta_close(nt, false);
+  nt = NULL;
+  unlink(path);
+out:
+  pthread_rwlock_unlock(&disk->rw);
+  ploop_descriptor_free(nd);
+  return rc;
+}
+
+int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out)
+{
+  struct ploop_disk *disk = ploop_disk_open(dir_or_xml, NULL, PLOOP_OPEN_RDWR);
+  if (!disk)
+    return -1;
+  int rc = ploop_disk_snapshot(disk, guid, out);
+  if (ploop_disk_close(disk) < 0)
+    rc = -1;
+  return rc;
+}
+
+/* Loads the descriptor with the disk lock held; *LOCK receives the lock fd. */
+struct ploop_descriptor *descriptor_load_locked(const char *dir_or_xml, int *lock)
+{
+  struct ploop_descriptor *d = ploop_descriptor_load(dir_or_xml);
+  if (!d)
+    return NULL;
+  *lock = ploop_lock_disk(d->dir);
+  if (*lock < 0) {
+    ploop_descriptor_free(d);
+    return NULL;
+  }
+  /* Reload under the lock: someone may have changed it meanwhile. */
+  struct ploop_descriptor *d2 = ploop_descriptor_load(d->dir);
+  ploop_descriptor_free(d);
+  if (!d2) {
+    ploop_unlock_disk(*lock);
+    *lock = -1;
+  }
+  return d2;
+}
+
+int ploop_snapshot_switch(const char *dir_or_xml, const char *guid)
+{
+  char g[PLOOP_UUID_LEN + 1], file[1024], path[4096];
+  if (ploop_uuid_normalize(guid, g) < 0)
+    return -1;
+  int lock;
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  if (!d)
+    return -1;
+  int rc = -1;
+  char *old_top = NULL;
+  struct ploop_delta *snap = NULL;
+  const struct ploop_image_desc *im = ploop_descriptor_find_image(d, g);
+  if (!strcmp(g, PLOOP_TOP_GUID)) {
+    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: %s is the current top, not a snapshot", d->dir, g);
+    goto out;
+  }
+  if (!im) {
+    ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s", d->dir, g);
+    goto out;
+  }
+  struct ploop_snapshot_desc *sh = descriptor_find_shot(d, g);
+  if (sh->temporary) {
+    ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: snapshot %s is being merged", d->dir, g);
+    goto out;
+  }
+  char *spath = ploop_descriptor_image_path(d, im);
+  if (!spath)
+    goto out;
+  snap = im->plain ? delta_open_raw(spath, d->cluster_sectors, false) : delta_open(spath, PLOOP_OPEN_RDONLY);
+  free(spath);
+  if (!snap)
+    goto out;
+  old_top = ploop_descriptor_image_path(d, ploop_descriptor_find_image(d, PLOOP_TOP_GUID));
+  if (!old_top || new_delta_name(d, file, sizeof file) < 0)
+    goto out;
+  snprintf(path, sizeof path, "%s/%s", d->dir, file);
+  struct ploop_delta_create_params p = {
+      .size_bytes = snap->h.size_sectors * 512,
+      .cluster_sectors = d->cluster_sectors,
+      .version = snap->raw ? 2 : snap->h.version,
+  };
+  if (delta_create_file(path, &p, 0) < 0)
+    goto out;
+  descriptor_remove_image(d, PLOOP_TOP_GUID);
+  d->size_sectors = snap->h.size_sectors;
+  if (descriptor_add_image(d, PLOOP_TOP_GUID, file, g) < 0 || ploop_descriptor_save(d) < 0) {
+    unlink(path);
+    goto out;
+  }
+  /* The old top is dropped, as ploop does; a crash before this leaves only an orphan file. */
+  if (unlink(old_top) < 0)
+    ploop_error_os(old_top, "remove");
+  rc = 0;
+out:
+  delta_close(snap, false);
+  free(old_top);
+  ploop_unlock_disk(lock);
+  ploop_descriptor_free(d);
+  return rc;
+}
+
+int ploop_snapshot_delete(const char *dir_or_xml, const char *guid)
+{
+  char g[PLOOP_UUID_LEN + 1];
+  if (ploop_uuid_normalize(guid, g) < 0)
+    return -1;
+  int lock;
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  if (!d)
+    return -1;
+  int rc = -1;
+  const struct ploop_image_desc *im = ploop_descriptor_find_image(d, g);
+  const char *child = NULL;
+  size_t children = descriptor_children(d, g, &child);
+  if (!strcmp(g, PLOOP_TOP_GUID)) {
+    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: %s is the current top; it cannot be deleted (see snapshot-switch)",
+                d->dir, g);
+  } else if (!im) {
+    ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s", d->dir, g);
+  } else if (children > 1) {
+    ploop_error(PLOOP_ERR_PARAM, EBUSY, "%s: snapshot %s has %zu child snapshots; delete them first", d->dir, g,
+                children);
+  } else if (children == 1) {
+    char c[PLOOP_UUID_LEN + 1];
+    snprintf(c, sizeof c, "%s", child);
+    rc = merge_child_into_parent(d, c, NULL, NULL);
+  } else {
+    char *path = ploop_descriptor_image_path(d, im);
+    if (path) {
+      descriptor_remove_image(d, g);
+      rc = ploop_descriptor_save(d);
+      if (rc == 0 && unlink(path) < 0)
+        rc = ploop_error_os(path, "remove");
+      free(path);
+    }
+  }
+  ploop_unlock_disk(lock);
+  ploop_descriptor_free(d);
+  return rc;
+}
