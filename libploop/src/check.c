@@ -43,6 +43,14 @@ int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_repor
 {
   memset(r, 0, sizeof *r);
   bool repair = (flags & PLOOP_CHECK_REPAIR) && !(flags & PLOOP_CHECK_READONLY);
+  /* An interrupted version conversion is undone from its backup first. */
+  if (repair) {
+    int restored = convert_restore_backup(path);
+    if (restored < 0)
+      return -1;
+    if (restored)
+      r->repaired = true;
+  }
   int fd = open(path, (repair ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC);
   if (fd < 0)
     return ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s",
@@ -122,6 +130,8 @@ int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_repor
     rc = 0;
     goto out;
   }
+  if (convert && !r->header_bad)
+    snprintf(r->header_problem, sizeof r->header_problem, "a format conversion was interrupted");
   if (!repair) {
     rc = 1;
     goto out;

@@ -255,8 +255,8 @@ out:
   return rc;
 }
 
-int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque,
-                     uint64_t done_base, uint64_t total)
+int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, ploop_progress_fn progress,
+                     void *opaque, uint64_t done_base, uint64_t total)
 {
   uint64_t cb = x->cluster_bytes;
   unsigned batch = batch_clusters(cb);
@@ -286,6 +286,8 @@ int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, ploop_progres
     for (unsigned i = 0; i < n && rc == 0; i++) {
       uint64_t off = delta_lookup(p, vcs[i]);
       alloc_off[i] = 0;
+      if (skip_zero && !off && ploop_is_zero(buf + (size_t)i * cb, cb))
+        continue;
       if (!off) {
         if (delta_alloc_begin(p, vcs[i], &off) < 0) {
           rc = -1;

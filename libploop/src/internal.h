@@ -138,8 +138,10 @@ void disk_close_deltas(struct ploop_disk *disk, bool clean);
 
 /* ---- copy helpers (copy.c) ---- */
 /* Copy every cluster X holds into P (below it), appending in P as needed. */
-int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress,
+int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, ploop_progress_fn progress,
                      void *opaque, uint64_t done_base, uint64_t total);
+/* Undo an interrupted version conversion from its backup (check -r). 1 = restored, 0 = no backup. */
+int convert_restore_backup(const char *path);
 
 /* ---- snapshots, merge, resize ---- */
 struct ploop_descriptor *descriptor_load_locked(const char *dir_or_xml, int *lock);

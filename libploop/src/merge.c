@@ -65,7 +65,7 @@ static int merge_data(struct ploop_delta *x, struct ploop_delta *p, ploop_progre
   if (!p->raw && x->h.size_sectors > p->h.size_sectors && delta_set_size(p, x->h.size_sectors, false) < 0)
     return -1;
   uint64_t total = delta_count_allocated(x);
-  if (merge_delta_into(x, p, progress, opaque, 0, total) < 0)
+  if (merge_delta_into(x, p, false, progress, opaque, 0, total) < 0)
     return -1;
   if (!p->raw && x->h.size_sectors < p->h.size_sectors && delta_set_size(p, x->h.size_sectors, true) < 0)
     return -1;

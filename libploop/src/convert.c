@@ -1,0 +1,218 @@
+/* Format conversions: v1 <-> v2 in place (BAT entries in sectors vs in
+ * clusters), and ploop1 <-> raw for a single-image disk. The in-place
+ * conversion keeps a backup of the BAT and sets CIF_FmtVersionConvert
+ * while the BAT is rewritten; `ploop check -r` restores from the backup. */
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static void backup_path(const char *path, char *out, size_t len) { snprintf(out, len, "%s.convert-backup", path); }
+
+static int fsync_parent(const char *path)
+{
+  char *c = ploop_strdup(path);
+  if (!c)
+    return -1;
+  int rc = ploop_fsync_dir(dirname(c));
+  free(c);
+  return rc;
+}
+
+int convert_restore_backup(const char *path)
+{
+  char bp[4096];
+  backup_path(path, bp, sizeof bp);
+  int bfd = open(bp, O_RDONLY | O_CLOEXEC);
+  if (bfd < 0)
+    return errno == ENOENT ? 0 : ploop_error_os(bp, "open");
+  off_t len = lseek(bfd, 0, SEEK_END);
+  int rc = -1, fd = -1;
+  uint8_t *buf = len > 0 ? ploop_aligned_alloc((size_t)len) : NULL;
+  if (!buf || len % PLOOP_ALIGN || ploop_pread_full(bfd, buf, (size_t)len, 0, bp) < 0) {
+    if (buf)
+      ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: unusable conversion backup", bp);
+    goto out;
+  }
+  struct ploop_header_host h;
+  ploop_header_decode(buf, &h);
+  h.in_use = PLOOP_CLEAN_V20;
+  h.flags &= ~PLOOP_CIF_FMT_CONVERT;
+  ploop_header_encode(&h, buf);
+  fd = open(path, O_WRONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) {
+    ploop_error_os(path, "open");
+    goto out;
+  }
+  if (ploop_pwrite_full(fd, buf, (size_t)len, 0, path) < 0 || fdatasync(fd) < 0)
+    goto out;
+  if (unlink(bp) < 0 || fsync_parent(path) < 0)
+    goto out;
+  rc = 1;
+out:
+  free(buf);
+  if (fd >= 0)
+    close(fd);
+  close(bfd);
+  return rc;
+}
+
+static int convert_delta_version(const char *path, int version)
+{
+  struct ploop_delta *d = delta_open(path, PLOOP_OPEN_RDWR);
+  if (!d)
+    return -1;
+  int rc = -1;
+  char bp[4096];
+  backup_path(path, bp, sizeof bp);
+  if (d->h.version == version) {
+    rc = 0;
+    goto out;
+  }
+  uint32_t cs = d->h.cluster_sectors;
+  uint32_t *bat = delta_bat(d);
+  if (version == 1) {
+    if (d->h.size_sectors > UINT32_MAX) {
+      ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format v1 is limited to 2 TiB", path);
+      goto out;
+    }
+    for (uint64_t i = 0; i < d->h.bat_entries; i++)
+      if ((uint64_t)le32toh(bat[i]) * cs > UINT32_MAX) {
+        ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the image file is too large for format v1", path);
+        goto out;
+      }
+  }
+  /* 1: backup of header + BAT, durable. */
+  int bfd = open(bp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (bfd < 0) {
+    ploop_error_os(bp, "create");
+    goto out;
+  }
+  if (ploop_pwrite_full(bfd, d->bat_raw, d->bat_bytes, 0, bp) < 0 || fsync(bfd) < 0) {
+    close(bfd);
+    goto out;
+  }
+  close(bfd);
+  if (fsync_parent(path) < 0)
+    goto out;
+  /* 2: mark the conversion, 3: rewrite the BAT, 4: clear the mark. */
+  d->h.flags |= PLOOP_CIF_FMT_CONVERT;
+  if (delta_write_header(d) < 0)
+    goto out;
+  for (uint64_t i = 0; i < d->h.bat_entries; i++) {
+    uint32_t e = le32toh(bat[i]);
+    if (e)
+      bat[i] = htole32(version == 1 ? e * cs : e / cs);
+  }
+  d->h.version = version;
+  ploop_header_encode(&d->h, d->bat_raw);
+  if (ploop_pwrite_full(d->fd, d->bat_raw, d->bat_bytes, 0, path) < 0 || fdatasync(d->fd) < 0)
+    goto out;
+  d->h.flags &= ~PLOOP_CIF_FMT_CONVERT;
+  if (delta_write_header(d) < 0)
+    goto out;
+  if (unlink(bp) < 0 || fsync_parent(path) < 0)
+    goto out;
+  rc = 0;
+out:
+  if (delta_close(d, rc == 0) < 0)
+    rc = -1;
+  return rc;
+}
+
+int ploop_convert_version(const char *dir_or_xml, int version)
+{
+  if (version != 1 && version != 2)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "format version must be 1 or 2, not %d", version);
+  int lock;
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  if (!d)
+    return -1;
+  int rc = 0;
+  for (size_t i = 0; i < d->n_images && rc == 0; i++) {
+    if (d->images[i].plain)
+      continue;
+    char *path = ploop_descriptor_image_path(d, &d->images[i]);
+    rc = path ? convert_delta_version(path, version) : -1;
+    free(path);
+  }
+  ploop_unlock_disk(lock);
+  ploop_descriptor_free(d);
+  return rc;
+}
+
+/* A new file name beside OLD with extension EXT that does not exist yet. */
+static void sibling_name(const char *old, const char *ext, char *out, size_t len)
+{
+  const char *dot = strrchr(old, '.');
+  int stem = dot && dot != old ? (int)(dot - old) : (int)strlen(old);
+  snprintf(out, len, "%.*s.%s", stem, old, ext);
+}
+
+int ploop_convert_format(const char *dir_or_xml, bool to_raw)
+{
+  int lock;
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  if (!d)
+    return -1;
+  int rc = -1;
+  char newfile[1024], newpath[4096];
+  char *oldpath = NULL;
+  struct ploop_delta *src = NULL, *dst = NULL;
+  if (d->n_images != 1) {
+    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the disk has %zu images; merge its snapshots first", d->dir,
+                d->n_images);
+    goto out;
+  }
+  struct ploop_image_desc *im = &d->images[0];
+  if (im->plain == to_raw) {
+    rc = 0; /* already in that format */
+    goto out;
+  }
+  oldpath = ploop_descriptor_image_path(d, im);
+  if (!oldpath)
+    goto out;
+  sibling_name(im->file, to_raw ? "raw" : "hds", newfile, sizeof newfile);
+  snprintf(newpath, sizeof newpath, "%s/%s", d->dir, newfile);
+  if (access(newpath, F_OK) == 0) {
+    ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: already exists", newpath);
+    goto out;
+  }
+  if (to_raw) {
+    /* export opens the disk read-only: it needs no lock, we hold it. */
+    if (ploop_export_raw(d->dir, NULL, newpath, NULL, NULL, NULL) < 0)
+      goto out;
+  } else {
+    src = delta_open_raw(oldpath, d->cluster_sectors, false);
+    struct ploop_delta_create_params p = {.size_bytes = d->size_sectors * 512, .cluster_sectors = d->cluster_sectors};
+    if (!src || delta_create_file(newpath, &p, 0) < 0)
+      goto out;
+    dst = delta_open(newpath, PLOOP_OPEN_RDWR);
+    if (!dst || merge_delta_into(src, dst, true, NULL, NULL, 0, 0) < 0 || delta_close(dst, true) < 0) {
+      dst = NULL;
+      unlink(newpath);
+      goto out;
+    }
+    dst = NULL;
+  }
+  free(im->file);
+  im->file = ploop_strdup(newfile);
+  im->plain = to_raw;
+  if (!im->file || ploop_descriptor_save(d) < 0) {
+    unlink(newpath);
+    goto out;
+  }
+  if (unlink(oldpath) < 0)
+    ploop_error_os(oldpath, "remove");
+  rc = 0;
+out:
+  delta_close(src, false);
+  delta_close(dst, false);
+  free(oldpath);
+  ploop_unlock_disk(lock);
+  ploop_descriptor_free(d);
+  return rc;
+}
