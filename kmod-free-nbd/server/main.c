@@ -91,6 +91,8 @@ static void usage(FILE *f) {
           "      --fuse MOUNTPOINT   also export the first disk as a file via FUSE\n"
           "      --fuse-name FILE    name of that file (default: disk)\n"
           "      --ctl-path          print the control socket path of DIR and exit\n"
+          "      --ctl DIR CMD...    send one control command (SNAPSHOT, MERGE, RESIZE,\n"
+          "                          INFO, DIRTY ...) to the server of DIR, print the reply\n"
           "  -v, --verbose           log every connection and rejected request\n"
           "  -h, --help              this text\n"
           "  -V, --version           print the version\n");
@@ -223,21 +225,50 @@ static void daemonize(void) {
   setsid();
 }
 
+/* --ctl DIR CMD...: a client of the control socket for scripts and tests;
+ * DIRTY GET prints the bitmap as the indexes of dirty clusters. */
+static int control_command(int argc, char **argv) {
+  if (argc < 2) die("--ctl needs a disk directory and a command");
+  char line[PLOOP_CTL_MAX_LINE + 1] = "";
+  size_t len = 0;
+  for (int i = 1; i < argc; i++) {
+    int n = snprintf(line + len, sizeof line - len, "%s%s", i > 1 ? " " : "", argv[i]);
+    if (n < 0 || (size_t)n >= sizeof line - len) die("control command too long");
+    len += (size_t)n;
+  }
+  if (strncmp(line, "DIRTY GET", 9) == 0) {
+    uint8_t *bm;
+    size_t bytes;
+    uint64_t cluster;
+    if (ploop_ctl_dirty_get(argv[0], strstr(line, "CLEAR") != NULL, &bm, &bytes, &cluster) < 0)
+      die("%s", ploop_ctl_error());
+    printf("cluster_size %llu\n", (unsigned long long)cluster);
+    for (size_t i = 0; i < bytes * 8; i++)
+      if (bm[i / 8] & (1u << (i % 8))) printf("%zu\n", i);
+    free(bm);
+    return 0;
+  }
+  static char reply[1 << 20];
+  if (ploop_ctl_command(argv[0], line, reply, sizeof reply) < 0) die("%s", ploop_ctl_error());
+  if (reply[0]) printf("%s\n", reply);
+  return 0;
+}
+
 static void noop_handler(int sig) { (void)sig; }
 
 int main(int argc, char **argv) {
-  enum { OPT_FUSE = 256, OPT_FUSE_NAME, OPT_CTL_PATH };
+  enum { OPT_FUSE = 256, OPT_FUSE_NAME, OPT_CTL_PATH, OPT_CTL };
   static const struct option opts[] = {
       {"unix", required_argument, NULL, 'U'},   {"port", required_argument, NULL, 'p'},
       {"bind", required_argument, NULL, 'b'},   {"stdio", no_argument, NULL, 's'},
       {"daemon", no_argument, NULL, 'd'},       {"pid-file", required_argument, NULL, 'P'},
       {"threads", required_argument, NULL, 't'}, {"fuse", required_argument, NULL, OPT_FUSE},
       {"fuse-name", required_argument, NULL, OPT_FUSE_NAME},
-      {"ctl-path", no_argument, NULL, OPT_CTL_PATH}, {"verbose", no_argument, NULL, 'v'},
+      {"ctl-path", no_argument, NULL, OPT_CTL_PATH}, {"ctl", no_argument, NULL, OPT_CTL}, {"verbose", no_argument, NULL, 'v'},
       {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
   const char *unix_path = NULL, *port = NULL, *bind_addr = NULL, *pid_file = NULL;
-  bool use_stdio = false, daemon_mode = false, ctl_path = false;
+  bool use_stdio = false, daemon_mode = false, ctl_path = false, ctl = false;
   int ch;
   while ((ch = getopt_long(argc, argv, "U:p:b:sdP:t:vhV", opts, NULL)) != -1) {
     switch (ch) {
@@ -257,6 +288,7 @@ int main(int argc, char **argv) {
     case OPT_FUSE: g_cfg.fuse_mountpoint = optarg; break;
     case OPT_FUSE_NAME: g_cfg.fuse_name = optarg; break;
     case OPT_CTL_PATH: ctl_path = true; break;
+    case OPT_CTL: ctl = true; break;
     case 'v': g_cfg.verbose = true; break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("ploop-nbd %s\n", PLOOP_VERSION_STRING); return 0;
@@ -272,6 +304,7 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
+  if (ctl) return control_command(argc - optind, argv + optind);
   if (optind >= argc) die("no disk given (usage: ploop-nbd [OPTIONS] [NAME=]DIR...)");
   for (int i = optind; i < argc; i++) add_disk(argv[i]);
   if (bind_addr && !port) die("--bind needs --port");
