@@ -163,10 +163,18 @@ int ploop_fs_grow_online(const char *mount_point, const char *device, const char
       ploop_set_error(PLOOP_ERR_IO, errno, "%s: statfs: %s", mount_point, strerror(errno));
     } else {
       uint64_t blocks = dev_bytes / sv.f_bsize;
-      if (ioctl(fd, EXT4_IOC_RESIZE_FS, &blocks) < 0)
-        ploop_set_error(PLOOP_ERR_IO, errno, "%s: grow ext4 to %" PRIu64 " blocks: %s", mount_point,
-                    blocks, strerror(errno));
-      else
+      if (ioctl(fd, EXT4_IOC_RESIZE_FS, &blocks) < 0) {
+        /* ext4 wants CAP_SYS_RESOURCE for online resize; containers and
+         * sandboxes often drop it while allowing everything else. */
+        if (errno == EPERM)
+          ploop_set_error(PLOOP_ERR_GENERIC, EPERM,
+                          "%s: the disk grew but the kernel refused to grow ext4 online (needs "
+                          "CAP_SYS_RESOURCE); umount and resize again to grow it offline",
+                          mount_point);
+        else
+          ploop_set_error(PLOOP_ERR_IO, errno, "%s: grow ext4 to %" PRIu64 " blocks: %s",
+                          mount_point, blocks, strerror(errno));
+      } else
         rc = 0;
     }
     if (dfd >= 0)

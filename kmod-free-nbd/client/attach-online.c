@@ -128,31 +128,31 @@ int ploop_attach_resize(const char *what, uint64_t new_bytes)
   uint64_t cur;
   if (device_bytes(i.device, &cur) < 0)
     return -1;
-  if (new_bytes == cur)
-    return 0;
   char fstype[32];
   if (i.fstype[0])
     snprintf(fstype, sizeof(fstype), "%s", i.fstype);
   else if (ploop_fs_probe(i.device, fstype, sizeof(fstype)) < 0)
     fstype[0] = 0; /* a bare device: just the disk */
 
-  if (new_bytes > cur) {
-    if (disk_resize(&i, new_bytes) < 0)
-      return -1;
-    if (!fstype[0])
-      return 0;
+  if (new_bytes < cur) {
     if (i.mount_point[0])
-      return ploop_fs_grow_online(i.mount_point, i.device, fstype);
-    return ploop_fs_resize_offline(i.device, fstype, new_bytes);
+      return ploop_set_error(PLOOP_ERR_BUSY, EBUSY,
+                             "%s: cannot shrink a mounted %s filesystem; umount it and resize offline",
+                             i.disk_dir, fstype[0] ? fstype : "");
+    /* The filesystem first, so nothing lives past the new end. */
+    if (fstype[0] && ploop_fs_resize_offline(i.device, fstype, new_bytes) < 0)
+      return -1;
+    return disk_resize(&i, new_bytes);
   }
-  if (i.mount_point[0])
-    return ploop_set_error(PLOOP_ERR_BUSY, EBUSY,
-                       "%s: cannot shrink a mounted %s filesystem; umount it and resize offline",
-                       i.disk_dir, fstype[0] ? fstype : "");
-  /* Shrink: the filesystem first, so nothing lives past the new end. */
-  if (fstype[0] && ploop_fs_resize_offline(i.device, fstype, new_bytes) < 0)
+  if (new_bytes > cur && disk_resize(&i, new_bytes) < 0)
     return -1;
-  return disk_resize(&i, new_bytes);
+  /* Also when the disk already has the size: a filesystem left smaller by
+   * an earlier refused online grow catches up. */
+  if (!fstype[0])
+    return 0;
+  if (i.mount_point[0])
+    return ploop_fs_grow_online(i.mount_point, i.device, fstype);
+  return ploop_fs_resize_offline(i.device, fstype, new_bytes);
 }
 
 int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaimed)

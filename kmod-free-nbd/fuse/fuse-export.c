@@ -429,9 +429,12 @@ struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const
   }
   fuse_set_log_func(quiet_log);
 
+  /* The disk's directory as the mount source makes /proc/mounts say which
+   * disk a FUSE mount serves (commas would split the option list). */
+  const char *dir = ploop_disk_dir(disk);
   char opts[PATH_MAX + 128];
-  snprintf(opts, sizeof(opts), "fsname=ploop,subtype=ploop,default_permissions%s",
-           fx->readonly ? ",ro" : "");
+  snprintf(opts, sizeof(opts), "fsname=ploop:%s,subtype=ploop,default_permissions%s",
+           dir && !strchr(dir, ',') && !strchr(dir, '\\') ? dir : "", fx->readonly ? ",ro" : "");
   char *argv[] = {"ploop-nbd", "-o", opts, NULL};
   struct fuse_args args = FUSE_ARGS_INIT(3, argv);
   fx->se = fuse_session_new(&args, &export_ops, sizeof(export_ops), fx);
