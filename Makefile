@@ -24,6 +24,7 @@ NBD_SRC  := $(sort $(wildcard kmod-free-nbd/server/*.c kmod-free-nbd/fuse/*.c))
 CLIENT_SRC := $(sort $(wildcard kmod-free-nbd/client/*.c))
 CT_SRC   := $(sort $(wildcard tools/ploop-container/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
+CRASH_SRC := $(sort $(wildcard tests/crash/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -33,6 +34,7 @@ CLIENT_A := $(BUILD)/lib/libploop-client.a
 BINS   := $(BUILD)/bin/ploop $(if $(NBD_SRC),$(BUILD)/bin/ploop-nbd) $(if $(CT_SRC),$(BUILD)/bin/ploop-container)
 UNIT   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
+.SECONDARY:
 .PHONY: all check unit unit-asan integration demo bench install deps clean format
 all: $(LIB_A) $(LIB_SO) $(BINS) $(BUILD)/lib/libploop.pc
 
@@ -74,6 +76,11 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lcriterion
 
+# Crash-test driver for tests/integration/crash-*.sh (libploop, no criterion).
+$(BUILD)/tests/crash-writer: $(call obj,$(CRASH_SRC)) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS)
+
 deps:
 	scripts/install-deps.sh
 
@@ -83,7 +90,7 @@ unit: $(UNIT)
 unit-asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" unit
 
-integration: all
+integration: all $(BUILD)/tests/crash-writer
 	tests/integration/run.sh
 
 check: deps

@@ -25,10 +25,19 @@ static int check_header(const struct ploop_header_host *h, uint64_t file_size, s
     return header_problem(r, "not a ploop image: bad signature%.0llu", 0);
   if (h->type != PLOOP_IMAGE_TYPE)
     return header_problem(r, "unsupported image type %llu", h->type);
-  if (!is_pow2(h->cluster_sectors) || h->cluster_sectors < 8 || h->cluster_sectors > PLOOP_MAX_CLUSTER_SECTORS)
+  if (!is_pow2(h->cluster_sectors) || h->cluster_sectors < PLOOP_MIN_CLUSTER_SECTORS ||
+      h->cluster_sectors > PLOOP_MAX_CLUSTER_SECTORS)
     return header_problem(r, "invalid cluster size %llu sectors", h->cluster_sectors);
   if (h->bat_entries == 0)
     return header_problem(r, "BAT has no entries%.0llu", 0);
+  if (h->size_sectors == 0)
+    return header_problem(r, "virtual size is zero%.0llu", 0);
+  if (h->version == 2 && h->first_block % h->cluster_sectors)
+    return header_problem(r, "first data block (sector %llu) is not cluster-aligned", h->first_block);
+  if (h->in_use != PLOOP_IN_USE && h->in_use != PLOOP_CLEAN_V20 && h->in_use != PLOOP_CLEAN_V21)
+    return header_problem(r, "unknown in-use mark 0x%llx", h->in_use);
+  if (h->flags & ~(PLOOP_CIF_EMPTY | PLOOP_CIF_FMT_CONVERT))
+    return header_problem(r, "unknown header flags 0x%llx", h->flags);
   if (h->size_sectors > (uint64_t)h->bat_entries * h->cluster_sectors)
     return header_problem(r, "virtual size %llu sectors exceeds what the BAT maps", h->size_sectors);
   uint64_t bat_end = PLOOP_HEADER_SIZE + 4ull * h->bat_entries;
@@ -116,6 +125,11 @@ int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_repor
     }
     if (!bad)
       seen[c / 64] |= 1ull << (c % 64);
+  }
+  /* A format extension (CBT) occupies a cluster that no BAT entry names. */
+  if (h.ext_offset && h.ext_offset * 512 / cb < file_clusters) {
+    uint64_t c = h.ext_offset * 512 / cb;
+    seen[c / 64] |= 1ull << (c % 64);
   }
   for (uint64_t c = first; c < file_size / cb; c++)
     if (!(seen[c / 64] & (1ull << (c % 64))))

@@ -11,9 +11,23 @@
 
 void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors)
 {
-  /* Legacy CHS: 16 heads, 32 sectors per track, as ploop's images carry. */
-  h->heads = 16;
-  uint64_t cyl = size_sectors / (16 * 32);
+  /* Legacy CHS, by ploop's rule: 16 heads x 63 sectors inside the ATA
+   * range, otherwise the first (sectors, heads) pair that divides evenly. */
+  static const uint32_t spts[] = {63, 32, 16, 8}, heads[] = {16, 8, 4, 2};
+  uint64_t cyl = size_sectors;
+  h->heads = 1;
+  if (size_sectors > 1032192 && size_sectors < 16777216) {
+    h->heads = 16;
+    cyl = size_sectors / (16 * 63);
+  } else {
+    for (unsigned i = 0; i < 4 && h->heads == 1; i++)
+      for (unsigned j = 0; j < 4; j++)
+        if (size_sectors % ((uint64_t)spts[i] * heads[j]) == 0) {
+          h->heads = heads[j];
+          cyl = size_sectors / ((uint64_t)spts[i] * heads[j]);
+          break;
+        }
+  }
   h->cylinders = cyl > UINT32_MAX ? UINT32_MAX : (uint32_t)cyl;
 }
 
@@ -116,10 +130,18 @@ static int validate_header(const char *path, const struct ploop_header_host *h, 
   if (h->type != PLOOP_IMAGE_TYPE)
     return corrupt(path, "unsupported image type %llu (expected 2)", h->type, 0);
   uint32_t cs = h->cluster_sectors;
-  if (!is_pow2(cs) || cs < 8 || cs > PLOOP_MAX_CLUSTER_SECTORS)
+  if (!is_pow2(cs) || cs < PLOOP_MIN_CLUSTER_SECTORS || cs > PLOOP_MAX_CLUSTER_SECTORS)
     return corrupt(path, "invalid cluster size %llu sectors", cs, 0);
   if (h->bat_entries == 0)
     return corrupt(path, "BAT has no entries", 0, 0);
+  if (h->size_sectors == 0)
+    return corrupt(path, "virtual size is zero", 0, 0);
+  if (h->version == 2 && h->first_block % cs)
+    return corrupt(path, "first data block (sector %llu) is not cluster-aligned", h->first_block, 0);
+  if (h->in_use != PLOOP_IN_USE && h->in_use != PLOOP_CLEAN_V20 && h->in_use != PLOOP_CLEAN_V21)
+    return corrupt(path, "unknown in-use mark 0x%llx", h->in_use, 0);
+  if (h->flags & ~(PLOOP_CIF_EMPTY | PLOOP_CIF_FMT_CONVERT))
+    return corrupt(path, "unknown header flags 0x%llx", h->flags, 0);
   if (h->size_sectors > (uint64_t)h->bat_entries * cs)
     return corrupt(path, "virtual size %llu sectors exceeds what the BAT maps (%llu sectors)",
                    h->size_sectors, (unsigned long long)h->bat_entries * cs);

@@ -190,9 +190,11 @@ static int check_file_name(const char *xml, const char *file)
   while (*p) {
     const char *e = strchrnul(p, '/');
     size_t l = (size_t)(e - p);
-    if (l == 0 || (l == 2 && p[0] == '.' && p[1] == '.') || (l == 1 && p[0] == '.'))
+    if (l == 2 && p[0] == '.' && p[1] == '.')
       return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
                          "%s: image path '%s' leaves the descriptor's directory", xml, file);
+    if (l == 0 || (l == 1 && p[0] == '.'))
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: image path '%s' is not canonical", xml, file);
     p = *e ? e + 1 : e;
   }
   return 0;
@@ -227,6 +229,8 @@ static int resolve_paths(const char *dir_or_xml, char **dir_out, char **xml_out)
   }
   return 0;
 }
+
+static int validate_structure(const struct ploop_descriptor *d);
 
 static int parse_doc(struct ploop_descriptor *d, xmlDoc *doc, const char *xml)
 {
@@ -326,7 +330,10 @@ struct ploop_descriptor *ploop_descriptor_load(const char *dir_or_xml)
     xmlFreeDoc(doc);
   }
   if (rc == 0)
-    rc = ploop_descriptor_validate(d);
+    rc = validate_structure(d);
+  /* Older ploop wrote a random TopGUID; the top now always carries the fixed one. */
+  if (rc == 0 && strcmp(d->top_guid, PLOOP_TOP_GUID) && !ploop_descriptor_find_image(d, PLOOP_TOP_GUID))
+    descriptor_rename_guid(d, d->top_guid, PLOOP_TOP_GUID);
   free(xml);
   if (rc < 0) {
     ploop_descriptor_free(d);
@@ -335,7 +342,42 @@ struct ploop_descriptor *ploop_descriptor_load(const char *dir_or_xml)
   return d;
 }
 
+void descriptor_rename_guid(struct ploop_descriptor *d, const char *from, const char *to)
+{
+  char f[PLOOP_UUID_LEN + 1];
+  snprintf(f, sizeof f, "%s", from); /* FROM may point into D */
+  for (size_t i = 0; i < d->n_images; i++)
+    if (!strcmp(d->images[i].guid, f))
+      snprintf(d->images[i].guid, sizeof d->images[i].guid, "%s", to);
+  for (size_t i = 0; i < d->n_snapshots; i++) {
+    if (!strcmp(d->snapshots[i].guid, f))
+      snprintf(d->snapshots[i].guid, sizeof d->snapshots[i].guid, "%s", to);
+    if (!strcmp(d->snapshots[i].parent, f))
+      snprintf(d->snapshots[i].parent, sizeof d->snapshots[i].parent, "%s", to);
+  }
+  if (!strcmp(d->top_guid, f))
+    snprintf(d->top_guid, sizeof d->top_guid, "%s", to);
+}
+
 int ploop_descriptor_validate(const struct ploop_descriptor *d)
+{
+  if (validate_structure(d) < 0)
+    return -1;
+  for (size_t i = 0; i < d->n_images; i++) {
+    char *path = ploop_descriptor_image_path(d, &d->images[i]);
+    if (!path)
+      return -1;
+    int ok = access(path, F_OK);
+    if (ok < 0)
+      ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: image file of %s is missing", path, d->images[i].guid);
+    free(path);
+    if (ok < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int validate_structure(const struct ploop_descriptor *d)
 {
   const char *x = PLOOP_DESCRIPTOR_NAME;
   uint32_t cs = d->cluster_sectors;

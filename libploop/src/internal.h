@@ -161,6 +161,8 @@ int descriptor_add_image(struct ploop_descriptor *d, const char *guid, const cha
 void descriptor_remove_image(struct ploop_descriptor *d, const char *guid);
 struct ploop_snapshot_desc *descriptor_find_shot(struct ploop_descriptor *d, const char *guid);
 struct ploop_descriptor *descriptor_dup(const struct ploop_descriptor *d);
+/* Renames image GUID FROM to TO everywhere (images, shots, parents, top). */
+void descriptor_rename_guid(struct ploop_descriptor *d, const char *from, const char *to);
 /* Number of shots whose parent is GUID. */
 size_t descriptor_children(const struct ploop_descriptor *d, const char *guid, const char **child);
 

@@ -37,24 +37,6 @@ static int pick_guid(const struct ploop_descriptor *desc, const char *guid, char
   return 0;
 }
 
-/* Renames image GUID FROM to TO everywhere in the descriptor. */
-static void rename_guid(struct ploop_descriptor *d, const char *from, const char *to)
-{
-  char f[PLOOP_UUID_LEN + 1];
-  snprintf(f, sizeof f, "%s", from);
-  for (size_t i = 0; i < d->n_images; i++)
-    if (!strcmp(d->images[i].guid, f))
-      snprintf(d->images[i].guid, sizeof d->images[i].guid, "%s", to);
-  for (size_t i = 0; i < d->n_snapshots; i++) {
-    if (!strcmp(d->snapshots[i].guid, f))
-      snprintf(d->snapshots[i].guid, sizeof d->snapshots[i].guid, "%s", to);
-    if (!strcmp(d->snapshots[i].parent, f))
-      snprintf(d->snapshots[i].parent, sizeof d->snapshots[i].parent, "%s", to);
-  }
-  if (!strcmp(d->top_guid, f))
-    snprintf(d->top_guid, sizeof d->top_guid, "%s", to);
-}
-
 int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
 {
   if (!disk->rdwr || disk->snapshot_guid)
@@ -87,7 +69,7 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
   nd = descriptor_dup(disk->desc);
   if (!nd)
     goto fail_unlink;
-  rename_guid(nd, PLOOP_TOP_GUID, g);
+  descriptor_rename_guid(nd, PLOOP_TOP_GUID, g);
   if (descriptor_add_image(nd, PLOOP_TOP_GUID, file, g) < 0)
     goto fail_unlink;
   snprintf(nd->top_guid, sizeof nd->top_guid, "%s", PLOOP_TOP_GUID);
