@@ -38,48 +38,60 @@ UNIT   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 .PHONY: all check unit unit-asan integration demo bench install deps clean format
 all: $(LIB_A) $(LIB_SO) $(BINS) $(BUILD)/lib/libploop.pc
 
+# Quiet by default; `make V=1` shows the commands.
+Q := $(if $(V),,@)
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -MMD -MP -c -o $@ $<
+	@$(if $(V),,echo "  CC      $<")
+	$(Q)$(CC) $(ALLCFLAGS) -MMD -MP -c -o $@ $<
 
 $(LIB_A): $(call obj,$(LIB_SRC))
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	@$(if $(V),,echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 # Control-socket client and local attach (FUSE file + loop + mount), shared by
 # ploop, ploop-nbd and ploop-container.
 $(CLIENT_A): $(call obj,$(CLIENT_SRC))
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	@$(if $(V),,echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(LIB_SO): $(call obj,$(LIB_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libploop.so.0 $(SAN) -o $@ $^ $(LDFLAGS) $(LIBS)
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,libploop.so.0 $(SAN) -o $@ $^ $(LDFLAGS) $(LIBS)
 
 $(BUILD)/lib/libploop.pc: libploop/libploop.pc.in
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
 
 $(BUILD)/bin/ploop: $(call obj,$(PLOOP_SRC)) $(CLIENT_A) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lm
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lm
 
 $(BUILD)/bin/ploop-nbd: $(call obj,$(NBD_SRC)) $(CLIENT_A) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) $(shell pkg-config --libs fuse3 2>/dev/null) -lblkid
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) $(shell pkg-config --libs fuse3 2>/dev/null) -lblkid
 
 $(BUILD)/bin/ploop-container: $(call obj,$(CT_SRC)) $(CLIENT_A) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lz
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lz
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lcriterion
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lcriterion
 
 # Crash-test driver for tests/integration/crash-*.sh (libploop, no criterion).
 $(BUILD)/tests/crash-writer: $(call obj,$(CRASH_SRC)) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS)
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS)
 
 deps:
 	scripts/install-deps.sh
