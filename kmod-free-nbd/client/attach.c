@@ -446,46 +446,37 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
   }
   close(log);
 
-  /* Either the daemon forks and its parent exits once ready (-d), or it
-   * stays in the foreground; both end with the FUSE file in place. */
-  bool child_exited = false;
-  pid_t pid = -1;
-  for (unsigned waited = 0;; waited += 10) {
-    int status;
-    if (!child_exited && waitpid(child, &status, WNOHANG) == child) {
-      child_exited = true;
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        char msg[512];
-        log_last_line(p->log, msg, sizeof(msg));
-        pid_t orphan = read_pid_file(p->pid_file);
-        if (orphan > 0)
-          daemon_stop(orphan);
-        return ploop_set_error(PLOOP_ERR_GENERIC, EIO, "ploop-nbd failed: %s",
-                           msg[0] ? msg : "no message");
-      }
-    }
-    if (fuse_ready(p->fuse_dir, parent.st_dev)) {
-      pid = child_exited ? read_pid_file(p->pid_file) : child;
-      if (pid <= 0)
-        pid = read_pid_file(p->pid_file);
-      if (pid > 0)
-        break;
-    }
-    if (waited >= DAEMON_START_TIMEOUT_MS) {
-      pid_t orphan = child_exited ? read_pid_file(p->pid_file) : child;
-      if (orphan > 0) {
-        kill(orphan, SIGTERM);
-        sleep_ms(200);
-        kill(orphan, SIGKILL);
-        if (!child_exited)
-          waitpid(child, NULL, 0);
-      }
-      umount2(p->fuse_dir, MNT_DETACH);
-      return ploop_set_error(PLOOP_ERR_GENERIC, ETIMEDOUT,
-                         "ploop-nbd did not export %s in %d s", disk_dir,
-                         DAEMON_START_TIMEOUT_MS / 1000);
+  /* With -d the daemon forks and its first process exits once the export
+   * is ready (0) or has failed (1, with the reason in the log); the pid
+   * file names the process that stays. */
+  int status = 0;
+  bool exited = false;
+  for (unsigned waited = 0; waited <= DAEMON_START_TIMEOUT_MS; waited += 10) {
+    pid_t r = waitpid(child, &status, WNOHANG);
+    if (r == child || (r < 0 && errno == ECHILD)) {
+      exited = true;
+      break;
     }
     sleep_ms(10);
+  }
+  pid_t pid = read_pid_file(p->pid_file);
+  if (!exited || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || pid <= 0 ||
+      !fuse_ready(p->fuse_dir, parent.st_dev)) {
+    char msg[512];
+    log_last_line(p->log, msg, sizeof(msg));
+    if (!exited) {
+      kill(child, SIGKILL);
+      waitpid(child, NULL, 0);
+    }
+    if (pid > 0)
+      daemon_stop(pid);
+    umount2(p->fuse_dir, MNT_DETACH);
+    if (!exited)
+      return ploop_set_error(PLOOP_ERR_GENERIC, ETIMEDOUT, "ploop-nbd did not export %s in %d s",
+                             disk_dir, DAEMON_START_TIMEOUT_MS / 1000);
+    const char *why = strncmp(msg, "ploop-nbd: ", 11) == 0 ? msg + 11 : msg;
+    return ploop_set_error(PLOOP_ERR_GENERIC, EIO, "ploop-nbd failed: %s",
+                           why[0] ? why : "exited without a message");
   }
   *pid_out = pid;
   return 0;
@@ -600,6 +591,7 @@ static int teardown(struct ploop_attach_info *i, const struct paths *p)
   if (i->device[0] && loop_detach(i->device) < 0)
     return -1;
   i->device[0] = 0;
+  i->daemon_alive = i->daemon_pid <= 0 || daemon_alive(i->daemon_pid);
   if (i->daemon_pid > 0 && daemon_stop(i->daemon_pid) < 0 && rc == 0)
     rc = -1;
   /* A daemon that died leaves its FUSE mount behind ("transport endpoint
@@ -609,6 +601,12 @@ static int teardown(struct ploop_attach_info *i, const struct paths *p)
     rmdir(i->fuse_dir);
   }
   unlink(p->pid_file);
+  /* The log of a daemon that died is kept for the post-mortem. */
+  if (!i->daemon_alive) {
+    char dead[PATH_MAX + 8];
+    snprintf(dead, sizeof(dead), "%s.dead", p->log);
+    rename(p->log, dead);
+  }
   unlink(p->log);
   unlink(p->state);
   return rc;
