@@ -193,7 +193,8 @@ Test(snapshot, delete_leaf_removes_it)
   char *s2_file = NOTNULL(image_path(s2));
   OK(ploop_snapshot_delete(test_dir, s2));
   cr_assert(!file_exists(s2_file), "deleted leaf's file %s still there", s2_file);
-  cr_assert_null(image_path(s2));
+  char *gone = image_path(s2);
+  cr_assert_null(gone);
   cr_assert_eq(n_images(), 2);
   uint64_t n;
   uint8_t *top = read_view(NULL, &n);
@@ -211,7 +212,8 @@ Test(snapshot, delete_with_one_child_merges)
   cr_assert_eq(n_images(), 2);
   OK(ploop_snapshot_delete(test_dir, s1));
   cr_assert_eq(n_images(), 1);
-  cr_assert_null(image_path(s1));
+  char *gone = image_path(s1);
+  cr_assert_null(gone);
   assert_disk_is(model, "after delete-merge");
   assert_all_deltas_clean();
   /* No stray delta files left in the directory. */
@@ -263,7 +265,10 @@ Test(snapshot, merge_middle_into_parent)
   struct progress pr = {0};
   OK(ploop_snapshot_merge(test_dir, s2, false, on_progress, &pr));
   cr_assert_eq(n_images(), 2);
-  cr_assert(!!image_path(s1) + !!image_path(s2) == 1, "exactly one of S1/S2 must remain");
+  char *after1 = image_path(s1), *after2 = image_path(s2);
+  cr_assert(!!after1 + !!after2 == 1, "exactly one of S1/S2 must remain");
+  free(after1);
+  free(after2);
   cr_assert(file_exists(f1) + file_exists(f2) == 1, "the merged-away file must be unlinked");
   assert_disk_is(model, "top after merge");
   assert_all_deltas_clean();
