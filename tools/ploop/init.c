@@ -76,7 +76,7 @@ static int run_init(int argc, char **argv)
     snprintf(path, sizeof path, "%s", arg);
 
   if (ploop_disk_create(path, &p) < 0)
-    return cli_lib_error("%s", path);
+    return cli_lib_error(NULL);
   return EXIT_OK;
 }
 

@@ -38,7 +38,7 @@ static int run_resize(int argc, char **argv)
     return EXIT_USAGE;
   const char *disk = argv[optind];
   if (ploop_resize(disk, size, flags) < 0)
-    return cli_lib_error("%s", disk);
+    return cli_lib_error(NULL);
   return EXIT_OK;
 }
 

@@ -67,7 +67,7 @@ int descriptor_write_single(const char *dir, const char *file, bool raw,
   };
   snprintf(d.top_guid, sizeof d.top_guid, "%s", PLOOP_TOP_GUID);
   if (ploop_descriptor_save(&d) < 0)
-    return cli_lib_error("%s", absdir);
+    return cli_lib_error(NULL);
   return 0;
 }
 

@@ -42,7 +42,7 @@ static int run_snapshot(int argc, char **argv)
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
   if (ploop_snapshot_create(disk, have ? uuid : NULL, out) < 0)
-    return cli_lib_error("%s", disk);
+    return cli_lib_error(NULL);
   printf("%s\n", out);
   return EXIT_OK;
 }
@@ -56,7 +56,7 @@ static int run_snapshot_delete(int argc, char **argv)
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
   if (ploop_snapshot_delete(disk, uuid) < 0)
-    return cli_lib_error("%s", disk);
+    return cli_lib_error(NULL);
   return EXIT_OK;
 }
 
@@ -69,7 +69,7 @@ static int run_snapshot_switch(int argc, char **argv)
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
   if (ploop_snapshot_switch(disk, uuid) < 0)
-    return cli_lib_error("%s", disk);
+    return cli_lib_error(NULL);
   return EXIT_OK;
 }
 
@@ -109,7 +109,7 @@ static int run_snapshot_merge(int argc, char **argv)
   int rc = ploop_snapshot_merge(disk, have ? uuid : NULL, all, cli_progress_cb, &prog);
   cli_progress_end(&prog);
   if (rc < 0)
-    return cli_lib_error("%s", disk);
+    return cli_lib_error(NULL);
   return EXIT_OK;
 }
 

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# A stack of 21 snapshots with random writes between them (written by `ploop
+# import` of a model raw file kept per snapshot).  Every snapshot exports
+# exactly its model (cmp, and qemu-img compare for the chain's base), before
+# and after deleting and merging others; snapshot-list, snapshot-switch and
+# merge-all are checked against the models too.
+source "$(dirname "$0")/functions.sh"
+requires python3
+requires qemu-img
+[[ -x $PLOOP ]] || skip "ploop not built in $BUILD"
+TOOL="python3 $(dirname "$0")/ploop-image-tool.py"
+export PLOOP_NO_PROGRESS=1
+N=21
+SIZE=$((24 << 20))
+D=$TMP/disk
+
+# The disk's state is models/cur.raw; snapshot k froze models/k.raw.
+mkdir "$TMP/models"
+$TOOL mkraw "$TMP/models/cur.raw" $SIZE 11
+$PLOOP import -b 256 "$TMP/models/cur.raw" "$D" >/dev/null # 128 KiB clusters: more BAT traffic
+declare -a uuid
+for ((k = 1; k <= N; k++)); do
+  uuid[k]=$($PLOOP snapshot "$D")
+  [[ ${uuid[k]} =~ ^\{[0-9a-f-]{36}\}$ ]] || fail "snapshot printed '${uuid[k]}'"
+  cp "$TMP/models/cur.raw" "$TMP/models/$k.raw"
+  $TOOL scribble "$TMP/models/cur.raw" $((100 + k)) 6
+  $PLOOP import "$TMP/models/cur.raw" "$D" >/dev/null
+done
+
+# check_all LIST: every snapshot in LIST, and the top, export their model.
+check_all() {
+  local k
+  for k in "$@"; do
+    $PLOOP export -f -u "${uuid[k]}" -o "$TMP/x.raw" "$D" >/dev/null
+    cmp "$TMP/x.raw" "$TMP/models/$k.raw" || fail "snapshot $k (${uuid[k]}) differs from its model"
+  done
+  $PLOOP export -f -o "$TMP/x.raw" "$D" >/dev/null
+  cmp "$TMP/x.raw" "$TMP/models/cur.raw" || fail "top differs from its model"
+}
+all=$(seq 1 $N)
+check_all $all
+# The base delta is a plain image qemu can read: it holds snapshot 1's state.
+base=$($PLOOP snapshot-list -H -o uuid,fname "$D" | awk -v u="${uuid[1]}" '$1 == u {print $2}')
+[[ -f $base ]] || fail "snapshot-list gives no file for the base"
+qemu-img compare -f parallels -F raw "$base" "$TMP/models/1.raw" || fail "qemu reads the base wrong"
+
+# --- snapshot-list: N+1 images, one current (the top, its parent the last snapshot)
+list=$($PLOOP snapshot-list "$D")
+[[ $(head -1 <<<"$list") =~ ^PARENT_UUID\ +C\ UUID\ +FNAME$ ]] || fail "snapshot-list header: $(head -1 <<<"$list")"
+[[ $(tail -n +2 <<<"$list" | wc -l) -eq $((N + 1)) ]] || fail "snapshot-list rows"
+[[ $($PLOOP snapshot-list -H -o current "$D" | grep -c '\*') -eq 1 ]] || fail "one current"
+cur=$($PLOOP snapshot-list -H -o current,parent_uuid,uuid "$D" | awk '$1 == "*" {print $2, $3}')
+[[ $cur == "${uuid[N]} {5fbaabe3-6958-40ff-92a7-860e329aab41}" ]] || fail "current row: $cur"
+$PLOOP snapshot-list -H -o parent_uuid -u "${uuid[1]}" "$D" | grep -qx '{00000000-0000-0000-0000-000000000000}' ||
+  fail "base's parent is not the null UUID"
+$PLOOP snapshot-list --json "$D" | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+assert len(rows) == int(sys.argv[1]) + 1, len(rows)
+by = {r["uuid"]: r for r in rows}
+top = [r for r in rows if r["current"]]
+assert len(top) == 1
+# Following parents from the top visits every image once and ends at null.
+seen, g = 0, top[0]["uuid"]
+while g != "{00000000-0000-0000-0000-000000000000}":
+    g = by[g]["parent_uuid"]; seen += 1
+assert seen == len(rows), seen
+' $N || fail "snapshot-list --json"
+expect_fail $PLOOP snapshot-list -u "{11111111-2222-3333-4444-555555555555}" "$D" | grep -q 'no snapshot' ||
+  fail "snapshot-list of an unknown UUID"
+
+# --- delete some snapshots in the middle (each merges into its child): others unchanged
+for k in 3 10 11 17; do
+  $PLOOP snapshot-delete -u "${uuid[k]}" "$D"
+  $PLOOP snapshot-list -H -o uuid "$D" | grep -qF "${uuid[k]}" && fail "snapshot $k still listed"
+done
+remaining=$(for k in $all; do case $k in 3 | 10 | 11 | 17) ;; *) echo $k ;; esac; done)
+check_all $remaining
+expect_fail $PLOOP export -o "$TMP/y.raw" -u "${uuid[3]}" "$D" >/dev/null
+expect_fail $PLOOP snapshot-delete -u "${uuid[3]}" "$D" >/dev/null
+before=$(sum "$D/DiskDescriptor.xml")
+expect_fail $PLOOP snapshot-delete -u "{5fbaabe3-6958-40ff-92a7-860e329aab41}" "$D" >/dev/null
+[[ $(sum "$D/DiskDescriptor.xml") == "$before" ]] || fail "refused delete changed the descriptor"
+
+# --- merge a snapshot into its parent: the parent's state becomes the child's
+$PLOOP snapshot-merge -u "${uuid[6]}" "$D"
+# Snapshot 6 merged down into 5: 5's GUID is gone or now holds 6's data; 6 stays reachable
+# as a state only if the library keeps the child's GUID.  Either way the
+# remaining snapshots and the top must be unchanged.
+remaining=$(for k in $remaining; do case $k in 5 | 6) ;; *) echo $k ;; esac; done)
+check_all $remaining
+$PLOOP check -f "$D" >/dev/null || fail "check after merges"
+
+# --- snapshot-switch to snapshot 15: the top now equals model 15, others intact
+$PLOOP snapshot-switch -u "${uuid[15]}" "$D"
+cp "$TMP/models/15.raw" "$TMP/models/cur.raw"
+check_all 1 2 4 15
+# Write after the switch, snapshot again, keep going.
+$TOOL scribble "$TMP/models/cur.raw" 999 4
+$PLOOP import "$TMP/models/cur.raw" "$D" >/dev/null
+uuid[100]=$($PLOOP snapshot "$D")
+cp "$TMP/models/cur.raw" "$TMP/models/100.raw"
+check_all 1 15 100
+
+# --- merge everything into the base: one image left, holding the top's data
+$PLOOP snapshot-merge -A "$D"
+[[ $($PLOOP snapshot-list -H -o uuid "$D" | wc -l) -eq 1 ]] || fail "merge -A left several images"
+$PLOOP export -f -o "$TMP/x.raw" "$D" >/dev/null
+cmp "$TMP/x.raw" "$TMP/models/cur.raw" || fail "after merge -A the disk differs"
+only=$($PLOOP snapshot-list -H -o fname "$D")
+qemu-img check -f parallels "$only" >/dev/null || fail "qemu-img check after merge -A"
+qemu-img compare -f parallels -F raw "$only" "$TMP/models/cur.raw" || fail "qemu compare after merge -A"
+# Every delta file that is no longer listed was removed.
+[[ $(ls "$D" | grep -vc DiskDescriptor) -eq 1 ]] || fail "stale delta files: $(ls "$D")"
+echo "ploop-snapshots: ok"
