@@ -79,10 +79,10 @@ $TOOL bat-set "$d/root.hds" 4 0xFFFFFFFF
 refused "$d" 'EOF|beyond|past|reserved|invalid' export import check-ro
 
 echo "== BAT entry pointing into the BAT itself"
-# 32 KiB clusters and 512 MiB: the BAT spans two clusters, so cluster 1 is BAT.
+# 32 KiB clusters and 512 MiB: the BAT spans three clusters, so cluster 1 is BAT.
 $PLOOP import -s 512M -b 64 "$TMP/src.raw" "$TMP/bigbat" >/dev/null
-[[ $($TOOL header "$TMP/bigbat/root.hds" | python3 -c 'import json,sys; print(json.load(sys.stdin)["first_block"])') -eq 128 ]] ||
-  fail "expected a two-cluster BAT"
+[[ $($TOOL header "$TMP/bigbat/root.hds" | python3 -c 'import json,sys; print(json.load(sys.stdin)["first_block"])') -ge 128 ]] ||
+  fail "expected a BAT of several clusters"
 $TOOL bat-set "$TMP/bigbat/root.hds" 0 1
 refused "$TMP/bigbat" 'header|BAT|metadata|index' export import check-ro check
 

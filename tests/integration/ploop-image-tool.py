@@ -20,6 +20,7 @@ def mkraw(path, size, seed, hole_every=5):
     on whole clusters and within clusters."""
     rnd = random.Random(int(seed))
     size = int(size)
+    hole_every = int(hole_every)
     with open(path, "wb") as f:
         off = 0
         i = 0

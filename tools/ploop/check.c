@@ -24,6 +24,23 @@ static void print_lines(const char *text)
     fputc('\n', stdout);
 }
 
+/* "first problem (and N more)" from a multi-line report, for the one-line verdict. */
+static const char *first_problem(const char *text, char *buf, size_t len)
+{
+  while (*text == '\n')
+    text++;
+  size_t n = strcspn(text, "\n");
+  int more = 0;
+  for (const char *c = text + n; *c; c++)
+    if (*c == '\n' && c[1] && c[1] != '\n')
+      more++;
+  if (more)
+    snprintf(buf, len, "%.*s (and %d more)", (int)n, text, more);
+  else
+    snprintf(buf, len, "%.*s", (int)n, text);
+  return buf;
+}
+
 static int check_delta(const char *path, unsigned flags, bool silent)
 {
   struct ploop_check_report r;
@@ -41,9 +58,11 @@ static int check_delta(const char *path, unsigned flags, bool silent)
     return EXIT_OK;
   }
   if (broken) {
+    char first[1024];
     if (r.header_bad)
       return cli_error(EXIT_CORRUPT, "%s: unusable header: %s", path, r.header_problem);
-    return cli_error(EXIT_CORRUPT, "%s: image is corrupt (run with -F to repair)", path);
+    return cli_error(EXIT_CORRUPT, "%s: corrupt: %s", path,
+                     first_problem(text, first, sizeof first));
   }
   if (!silent) {
     if (r.clusters_lost)
@@ -63,9 +82,10 @@ static int check_disk(const char *path, unsigned flags, bool silent)
   bool repaired = (flags & PLOOP_CHECK_REPAIR) && strstr(msg, "repaired");
   if (!silent || rc > 0 || repaired)
     print_lines(msg);
-  if (rc > 0)
-    return cli_error(EXIT_CORRUPT, "%s: disk is corrupt%s", path,
-                     flags & PLOOP_CHECK_REPAIR ? "" : " (run with -F to repair)");
+  if (rc > 0) {
+    char first[1024];
+    return cli_error(EXIT_CORRUPT, "%s: corrupt: %s", path, first_problem(msg, first, sizeof first));
+  }
   if (!silent)
     printf("%s: %s\n", path, repaired ? "repaired" : "clean");
   return EXIT_OK;
