@@ -15,6 +15,8 @@
 
 #define CONN_MAX_WORKERS 64u
 
+struct worker;
+
 struct conn {
   int rfd, wfd;
   struct conn *next, *prev; /* registry of live connections */
@@ -28,18 +30,20 @@ struct conn {
   struct export_ref exp;
   uint16_t eflags;
 
-  /* Transmission: one thread at a time reads a request (rlock), replies
-   * are written whole under wlock, so many requests run at once. */
-  pthread_mutex_t rlock;
+  /* Transmission: the connection's own thread reads and validates
+   * requests and hands each to an idle worker of this connection (with its
+   * payload already in the worker's buffer); workers run requests in
+   * parallel and write whole replies under wlock. */
   pthread_mutex_t wlock;
   atomic_bool closing;
+  pthread_mutex_t wk_lock;    /* guards reader/reader_valid (shutdown kick) */
   pthread_t reader;           /* thread blocked reading, woken at shutdown */
   atomic_bool reader_valid;
-  pthread_mutex_t wk_lock;    /* guards the workers array */
-  pthread_t workers[CONN_MAX_WORKERS];
-  unsigned nworkers;
-  bool no_more_workers;
-  atomic_uint idle;           /* threads waiting for rlock */
+  pthread_mutex_t pool_lock;
+  pthread_cond_t pool_cond;   /* a worker became idle */
+  struct worker *idle_list;
+  struct worker *workers[CONN_MAX_WORKERS];
+  unsigned nworkers, nidle;
 };
 
 /* Whole-buffer socket I/O: 0 on success, -1 on EOF or error (errno set;

@@ -87,9 +87,10 @@ void conn_serve(int rfd, int wfd) {
   }
   c->rfd = rfd;
   c->wfd = wfd;
-  pthread_mutex_init(&c->rlock, NULL);
   pthread_mutex_init(&c->wlock, NULL);
   pthread_mutex_init(&c->wk_lock, NULL);
+  pthread_mutex_init(&c->pool_lock, NULL);
+  pthread_cond_init(&c->pool_cond, NULL);
   c->reader = pthread_self();
   atomic_store(&c->reader_valid, true);
 
@@ -104,7 +105,6 @@ void conn_serve(int rfd, int wfd) {
   set_recv_timeout(rfd, HANDSHAKE_TIMEOUT_SEC);
   if (!stopping && handshake(c) == 0) {
     set_recv_timeout(rfd, 0);
-    atomic_store(&c->reader_valid, false);
     nbd_debug("client attached to %s%s%s", c->exp.de->name, c->exp.snap ? "@" : "",
               c->exp.snap ? c->exp.snap->guid : "");
     atomic_fetch_add(&c->exp.de->connections, 1);
@@ -126,9 +126,10 @@ void conn_serve(int rfd, int wfd) {
 
   close(rfd);
   if (wfd != rfd) close(wfd);
-  pthread_mutex_destroy(&c->rlock);
   pthread_mutex_destroy(&c->wlock);
   pthread_mutex_destroy(&c->wk_lock);
+  pthread_mutex_destroy(&c->pool_lock);
+  pthread_cond_destroy(&c->pool_cond);
   free(c);
 }
 

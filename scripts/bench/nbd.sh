@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# NBD serving benchmark: fio (nbd engine) against ploop-nbd, against
+# `qemu-nbd -f parallels --cache=none --aio=native` on the same ploop image,
+# and against `nbdkit file` on a raw copy; fio's own O_DIRECT libaio on the
+# raw file is the ceiling.  Random 4k 70/30 read/write at QD32 and
+# sequential 1 MiB reads and writes, on a fully allocated 1 GiB image and on
+# an empty thin one.  Prints IOPS side by side, ratios, and server peak RSS.
+#   env: RUNTIME (s per run, default 5), SIZE (default 1G), THREADS (ploop-nbd -t)
+set -euo pipefail
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${PLOOP_BUILD:-$TOP/build}
+case $BUILD in /*) ;; *) BUILD=$TOP/$BUILD ;; esac
+PLOOP=$BUILD/bin/ploop
+PLOOP_NBD=$BUILD/bin/ploop-nbd
+RUNTIME=${RUNTIME:-5}
+SIZE=${SIZE:-1G}
+THREADS=${THREADS:-}
+for t in fio qemu-nbd nbdkit nbdcopy python3; do
+  command -v $t >/dev/null || { echo "nbd bench: $t not installed, skipped"; exit 0; }
+done
+[[ -x $PLOOP && -x $PLOOP_NBD ]] || { echo "nbd bench: build first (make all)"; exit 1; }
+
+W=$(mktemp -d /var/tmp/ploop-bench-nbd.XXXXXX)
+SPID=
+stop_server() {
+  if [[ -n $SPID ]]; then
+    kill "$SPID" 2>/dev/null || true
+    wait "$SPID" 2>/dev/null || true
+    SPID=
+  fi
+}
+trap 'stop_server; rm -rf "$W"' EXIT
+SOCK=$W/nbd.sock
+URI="nbd+unix:///?socket=$SOCK"
+
+wait_sock() {
+  for _ in $(seq 100); do [[ -S $SOCK ]] && return 0; sleep 0.05; done
+  echo "nbd bench: server did not start" >&2
+  exit 1
+}
+# Peak resident memory of the running server, in MiB.
+rss_mib() { awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$SPID/status" 2>/dev/null || echo "?"; }
+
+# fio_run NAME ENGINE-ARGS...: prints total IOPS (read + write).
+WORKLOADS=(rand4k seqread1m seqwrite1m)
+wl_args() {
+  case $1 in
+  rand4k) echo "--rw=randrw --rwmixread=70 --bs=4k --iodepth=32" ;;
+  seqread1m) echo "--rw=read --bs=1M --iodepth=4" ;;
+  seqwrite1m) echo "--rw=write --bs=1M --iodepth=4" ;;
+  esac
+}
+fio_iops() {
+  local wl=$1
+  shift
+  # shellcheck disable=SC2046
+  fio --name=b --output-format=json --runtime="$RUNTIME" --time_based --ramp_time=1 \
+    --size="$SIZE" --numjobs=1 --group_reporting $(wl_args "$wl") "$@" >"$W/fio.json" 2>"$W/fio.err" ||
+    { echo "fio failed: $(tail -2 "$W/fio.err")" >&2; echo 0; return; }
+  # The nbd engine prints "connected" on stdout before the JSON.
+  python3 -c 'import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[t.index("{"):])["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))' "$W/fio.json"
+}
+
+# ---- images -----------------------------------------------------------
+# full: every cluster allocated with data; thin: freshly created, empty.
+mkdir -p "$W/full"
+"$PLOOP" init -s "$SIZE" "$W/full/root.hds" >/dev/null
+head -c "$(numfmt --from=iec "$SIZE")" /dev/urandom >"$W/full.raw"
+"$PLOOP_NBD" -U "$SOCK" "$W/full" &
+SPID=$!
+wait_sock
+nbdcopy --flush "$W/full.raw" "$URI"
+stop_server
+make_thin() {
+  rm -rf "$W/thin" "$W/thin.raw"
+  mkdir -p "$W/thin"
+  "$PLOOP" init -s "$SIZE" "$W/thin/root.hds" >/dev/null
+  truncate -s "$SIZE" "$W/thin.raw"
+}
+# qemu-nbd works on its own copy so the two servers never share a file.
+make_qemu_copy() { rm -rf "$W/q"; cp -r "$W/$1" "$W/q"; }
+
+declare -A R M
+run_all() { # KIND
+  local kind=$1 wl
+  # ploop-nbd
+  [[ $kind == thin ]] && make_thin
+  rm -f "$SOCK"
+  "$PLOOP_NBD" ${THREADS:+-t "$THREADS"} -U "$SOCK" "$W/$kind" &
+  SPID=$!
+  wait_sock
+  for wl in "${WORKLOADS[@]}"; do R[$kind,$wl,ploop]=$(fio_iops "$wl" --ioengine=nbd --uri="$URI"); done
+  M[$kind,ploop]=$(rss_mib)
+  stop_server
+  # qemu-nbd on the same kind of ploop image
+  [[ $kind == thin ]] && make_thin
+  make_qemu_copy "$kind"
+  rm -f "$SOCK"
+  qemu-nbd -f parallels --cache=none --aio=native --persistent -k "$SOCK" "$W/q/root.hds" &
+  SPID=$!
+  wait_sock
+  for wl in "${WORKLOADS[@]}"; do R[$kind,$wl,qemu]=$(fio_iops "$wl" --ioengine=nbd --uri="$URI"); done
+  M[$kind,qemu]=$(rss_mib)
+  stop_server
+  # nbdkit file on the raw copy
+  [[ $kind == thin ]] && make_thin
+  rm -f "$SOCK"
+  nbdkit -f -U "$SOCK" file "$W/$kind.raw" &
+  SPID=$!
+  wait_sock
+  for wl in "${WORKLOADS[@]}"; do R[$kind,$wl,nbdkit]=$(fio_iops "$wl" --ioengine=nbd --uri="$URI"); done
+  M[$kind,nbdkit]=$(rss_mib)
+  stop_server
+  # fio itself, O_DIRECT libaio on the raw file: the ceiling
+  [[ $kind == thin ]] && make_thin
+  for wl in "${WORKLOADS[@]}"; do
+    R[$kind,$wl,raw]=$(fio_iops "$wl" --ioengine=libaio --direct=1 --filename="$W/$kind.raw")
+  done
+}
+
+start=$(date +%s)
+run_all full
+run_all thin
+ratio() { python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print("%.2fx" % (a/b) if b else "-")' "$1" "$2"; }
+pct() { python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print("%.0f%%" % (100*a/b) if b else "-")' "$1" "$2"; }
+
+printf '\nNBD serving, fio IOPS (runtime %ss, %s image, 1 connection; rand4k = 70/30 randrw QD32)\n' "$RUNTIME" "$SIZE"
+printf '%-5s %-10s %10s %10s %10s %10s   %-14s %-12s\n' image workload ploop-nbd qemu-nbd nbdkit-raw fio-raw \
+  "vs qemu(>=1.5)" "vs raw(>=75%)"
+for kind in full thin; do
+  for wl in "${WORKLOADS[@]}"; do
+    p=${R[$kind,$wl,ploop]} q=${R[$kind,$wl,qemu]} k=${R[$kind,$wl,nbdkit]} r=${R[$kind,$wl,raw]}
+    printf '%-5s %-10s %10s %10s %10s %10s   %-14s %-12s\n' "$kind" "$wl" "$p" "$q" "$k" "$r" \
+      "$(ratio "$p" "$q")" "$(pct "$p" "$r")"
+  done
+done
+printf '\nserver peak RSS (MiB): '
+for kind in full thin; do
+  printf '%s: ploop-nbd %s, qemu-nbd %s, nbdkit %s;  ' "$kind" "${M[$kind,ploop]}" "${M[$kind,qemu]}" "${M[$kind,nbdkit]}"
+done
+printf '\nbench time: %ss\n' $(($(date +%s) - start))
