@@ -260,9 +260,18 @@ int cg_destroy(struct ct_cgroup *cg)
   char *d[4];
   dirs(cg, d);
   int rc = 0;
-  for (int i = 0; i < 4; i++)
-    if (d[i] && rmdir_wait(d[i]) < 0)
+  for (int i = 0; i < 4; i++) {
+    if (!d[i])
+      continue;
+    if (rmdir_wait(d[i]) < 0) {
       rc = -1;
+      continue;
+    }
+    /* The shared parent goes with the last container (EBUSY otherwise). */
+    cleanup_free char *parent = strdup(d[i]);
+    *strrchr(parent, '/') = 0;
+    rmdir(parent);
+  }
   return rc;
 }
 

@@ -181,7 +181,11 @@ int ct_run_opts_check(struct ct_run_opts *o)
 {
   const uint64_t min_memory = 4u << 20;
   if (o->memory && o->memory < min_memory)
-    return ct_usage("--memory %" PRIu64 " bytes is below the 4M minimum", o->memory);
+  {
+    char m[32];
+    format_size(o->memory, m, sizeof m);
+    return ct_usage("--memory %s is below the 4M minimum", m);
+  }
   if (o->swap_set && !o->memory)
     return ct_usage("--swap needs --memory (swap is granted on top of RAM)");
   if (o->memory && o->swap > UINT64_MAX - o->memory)

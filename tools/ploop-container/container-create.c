@@ -37,7 +37,7 @@ static int fill(const char *root, const char *from)
   return fill_tar(root, from);
 }
 
-int container_create(const char *name, uint64_t disk_bytes, const char *from)
+int container_create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk)
 {
   if (ct_check_name(name) < 0)
     return -1;
@@ -62,7 +62,7 @@ int container_create(const char *name, uint64_t disk_bytes, const char *from)
       ct_fail(errno, "mkdir in %s", dir);
     goto fail;
   }
-  if (disk_create(diskdir, disk_bytes) < 0 || disk_mount(diskdir, mnt) < 0)
+  if (disk_create(diskdir, disk_bytes, raw_disk) < 0 || disk_mount(diskdir, mnt) < 0)
     goto fail;
   mounted = true;
   if (fill(mnt, from) < 0)

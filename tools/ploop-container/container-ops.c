@@ -69,6 +69,7 @@ int container_info(const char *name, struct container_info *info)
   info->last_status = -1;
   cleanup_free char *diskdir = ct_path(name, "disk");
   disk_usage(diskdir, &info->disk_bytes);
+  info->disk = disk_backend(diskdir);
   cleanup_free char *last = ct_path(name, "last-exit");
   char buf[256];
   if (access(last, F_OK) == 0 && read_file(last, buf, sizeof buf) > 0) {

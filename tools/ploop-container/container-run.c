@@ -66,7 +66,7 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   cleanup_free char *diskdir = ct_path(name, "disk");
   cleanup_free char *mnt = ct_path(name, "rootfs");
   struct ct_cgroup cg = {0};
-  bool mounted = false, cg_made = false;
+  bool mounted = false, cg_made = false, exec_failed = false;
   sigset_t fwd, old;
   monitor_signals(&fwd);
   sigprocmask(SIG_BLOCK, &fwd, &old);
@@ -86,8 +86,10 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
       .net = o->net, .userns = o->userns, .tty = !o->detach && isatty(0) && isatty(1), .cg = &cg,
   };
   struct ct_process p;
-  if (ct_launch(&l, &p) < 0)
+  if (ct_launch(&l, &p) < 0) {
+    exec_failed = p.exec_failed;
     goto fail;
+  }
   struct ct_state st = {.monitor_pid = getpid(), .init_pid = p.pid,
                         .init_start = process_start_time(p.pid), .userns = o->userns,
                         .kept_mounted = kept, .memory = o->memory, .swap = o->swap, .pids = o->pids};
@@ -138,6 +140,8 @@ fail:
     ready(ready_fd, msg);
   }
   sigprocmask(SIG_SETMASK, &old, NULL);
+  if (exec_failed)
+    ct_set_error_code(127);
   return -1;
 }
 
@@ -215,6 +219,9 @@ int container_exec(const char *name, char *const *argv)
   }
   struct ct_cgroup cg;
   int rc = cg_init(&cg, name);
+  bool frozen = false;
+  if (rc == 0 && cg_is_frozen(&cg, &frozen) == 0 && frozen)
+    rc = ct_usage("container %s is frozen: thaw it first (a new process would freeze too)", name);
   if (rc == 0)
     rc = cg_attach(&cg, 0);  /* host paths: before we enter the mount namespace */
   cg_free(&cg);
@@ -258,7 +265,9 @@ int container_exec(const char *name, char *const *argv)
   if (n > 0) {
     err[n] = 0;
     waitpid(pid, NULL, 0);
-    return ct_fail(0, "%s", err);
+    ct_fail(0, "%s", err);
+    ct_set_error_code(127);  /* as a shell: command not found / not runnable */
+    return -1;
   }
   return monitor_wait(pid, -1);
 }

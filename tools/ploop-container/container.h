@@ -9,7 +9,8 @@
 
 #include "config.h"
 
-int container_create(const char *name, uint64_t disk_bytes, const char *from);
+/* RAW_DISK: the raw-image-on-loop alternative instead of a ploop disk. */
+int container_create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk);
 int container_destroy(const char *name);
 /* Runs the container in the foreground of this process (the monitor).
  * LOCKFD: the container lock, already held. READY_FD >= 0: written "ok" once
@@ -35,6 +36,7 @@ struct container_info {
   const char *state;  /* running, frozen, stopped */
   int pid;            /* 0 when stopped */
   uint64_t mem_usage, mem_limit, disk_bytes, oom_kills;
+  const char *disk;   /* backend: ploop or raw */
   int last_status;    /* -1 when unknown */
 };
 int container_info(const char *name, struct container_info *info);

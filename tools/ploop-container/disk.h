@@ -11,10 +11,11 @@
 
 #define DISK_SNAPSHOT_ID_MAX 64
 
-/* Name of the backend compiled in, for `list` and messages. */
-const char *disk_backend(void);
-/* Makes the disk in the (existing, empty) directory DIR, BYTES big, with an ext4 inside. */
-int disk_create(const char *dir, uint64_t bytes);
+/* "ploop" or "raw": the backend of the disk in DIR. */
+const char *disk_backend(const char *dir);
+/* Makes the disk in the (existing, empty) directory DIR, BYTES big, with an
+ * ext4 inside; RAW picks the loop-on-raw-image alternative. */
+int disk_create(const char *dir, uint64_t bytes, bool raw);
 /* Mounts the disk's top read-write on MNT (an existing directory). */
 int disk_mount(const char *dir, const char *mnt);
 /* Mounts snapshot ID read-only on MNT. */

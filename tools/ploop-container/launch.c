@@ -123,15 +123,17 @@ static int setup_console(int sock)
   return send_fd(sock, master);
 }
 
-static void child_fail(int sock)
+static void child_fail_tag(int sock, char tag)
 {
   char msg[1100];
-  int n = snprintf(msg, sizeof msg, "E%s", ct_error());
+  int n = snprintf(msg, sizeof msg, "%c%s", tag, ct_error());
   if (send(sock, msg, (size_t)n, MSG_NOSIGNAL) < 0) {
     /* nothing left to report through */
   }
   _exit(127);
 }
+
+static void child_fail(int sock) { child_fail_tag(sock, 'E'); }
 
 static void child_main(const struct ct_launch *l, int sock)
 {
@@ -179,7 +181,7 @@ static void child_main(const struct ct_launch *l, int sock)
   sigprocmask(SIG_SETMASK, &none, NULL);
   execvp(l->argv[0], l->argv);
   ct_fail(errno, "exec %s", l->argv[0]);
-  child_fail(sock);
+  child_fail_tag(sock, 'X');
 }
 
 static int write_id_maps(pid_t pid)
@@ -213,8 +215,10 @@ static int wait_child_ready(int sock, struct ct_process *p)
     if (n == 0)
       return 0;  /* exec happened */
     buf[n] = 0;
-    if (buf[0] == 'E')
+    if (buf[0] == 'E' || buf[0] == 'X') {
+      p->exec_failed = buf[0] == 'X';
       return ct_fail(0, "%s", buf + 1);
+    }
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
     if (buf[0] == 'P' && c && c->cmsg_type == SCM_RIGHTS)
       memcpy(&p->pty_master, CMSG_DATA(c), sizeof(int));
@@ -225,6 +229,7 @@ int ct_launch(const struct ct_launch *l, struct ct_process *p)
 {
   p->pid = -1;
   p->pty_master = -1;
+  p->exec_failed = false;
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
     return ct_fail(errno, "socketpair");

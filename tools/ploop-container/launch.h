@@ -28,6 +28,7 @@ struct ct_launch {
 struct ct_process {
   pid_t pid;               /* PID 1 of the container, host view */
   int pty_master;          /* -1 unless tty */
+  bool exec_failed;        /* on error: setup went fine, the command could not run */
 };
 
 /* Returns 0 once the command has been exec'd (the setup error otherwise,

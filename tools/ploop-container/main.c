@@ -10,7 +10,7 @@
 
 static const char usage[] =
     "usage: ploop-container [--root DIR] VERB [ARGS]\n"
-    "  create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]]\n"
+    "  create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]\n"
     "  run NAME [--memory M] [--swap S] [--pids N] [--hostname H] [--net none|host] [--userns] [-- CMD...]\n"
     "  start NAME (same options as run; detached, output in ROOT/NAME/console.log)\n"
     "  exec NAME -- CMD...\n"

@@ -1,33 +1,49 @@
-/* `create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]]` and `destroy NAME`. */
+/* `create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]`
+ * and `destroy NAME`. */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "container.h"
 #include "error.h"
 #include "util.h"
 #include "verbs.h"
 
+/* A parse error is the caller's fault: exit code 2. */
+static int usage_error(void)
+{
+  ct_set_error_code(CT_EXIT_USAGE);
+  return -1;
+}
+
 int verb_create(int argc, char **argv)
 {
   static const struct option opts[] = {{"size", required_argument, NULL, 's'},
                                        {"from", required_argument, NULL, 'f'},
+                                       {"disk", required_argument, NULL, 'd'},
                                        {NULL, 0, NULL, 0}};
   uint64_t size = 2ull << 30;
   const char *from = "busybox";
+  bool raw = false;
   int c;
-  while ((c = getopt_long(argc, argv, "s:f:", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "s:f:d:", opts, NULL)) != -1) {
     if (c == 's') {
       if (parse_size_arg("--size", optarg, &size) < 0)
-        return ct_usage("%s", ct_error());
+        return usage_error();
     } else if (c == 'f') {
       from = optarg;
+    } else if (c == 'd') {
+      if (strcmp(optarg, "ploop") != 0 && strcmp(optarg, "raw") != 0)
+        return ct_usage("--disk: '%s' is not ploop or raw", optarg);
+      raw = strcmp(optarg, "raw") == 0;
     } else {
       return ct_usage("create: bad option (see --help)");
     }
   }
   if (argc - optind != 1)
-    return ct_usage("usage: create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]]");
-  return container_create(argv[optind], size, from) < 0 ? -1 : 0;
+    return ct_usage("usage: create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]");
+  return container_create(argv[optind], size, from, raw) < 0 ? -1 : 0;
 }
 
 int verb_destroy(int argc, char **argv)

@@ -34,11 +34,11 @@ int verb_list(int argc, char **argv)
   if (d)
     closedir(d);
   qsort(names, n, sizeof names[0], by_name);
-  printf("%-20s %-8s %8s %21s %9s %s\n", "NAME", "STATE", "PID", "MEMORY(USED/LIMIT)", "DISK", "LAST");
+  printf("%-20s %-8s %8s %21s %15s %s\n", "NAME", "STATE", "PID", "MEMORY(USED/LIMIT)", "DISK", "LAST");
   for (size_t i = 0; i < n; i++) {
     struct container_info info;
     container_info(names[i], &info);
-    char used[16] = "-", limit[16] = "-", disk[16], mem[40], last[48] = "-";
+    char used[16] = "-", limit[16] = "-", size[16], disk[32], mem[40], last[48] = "-";
     if (info.pid) {
       format_size(info.mem_usage, used, sizeof used);
       if (info.mem_limit == UINT64_MAX)
@@ -47,12 +47,13 @@ int verb_list(int argc, char **argv)
         format_size(info.mem_limit, limit, sizeof limit);
     }
     snprintf(mem, sizeof mem, "%s/%s", used, limit);
-    format_size(info.disk_bytes, disk, sizeof disk);
+    format_size(info.disk_bytes, size, sizeof size);
+    snprintf(disk, sizeof disk, "%s %s", size, info.disk);
     if (!info.pid && info.last_status >= 0)
       snprintf(last, sizeof last, "exit %d%s", info.last_status, info.oom_kills ? " (OOM-killed)" : "");
     else if (info.pid && info.oom_kills)
       snprintf(last, sizeof last, "%llu OOM kill(s)", (unsigned long long)info.oom_kills);
-    printf("%-20s %-8s %8d %21s %9s %s\n", info.name, info.state, info.pid, mem, disk, last);
+    printf("%-20s %-8s %8d %21s %15s %s\n", info.name, info.state, info.pid, mem, disk, last);
     free(names[i]);
   }
   return 0;

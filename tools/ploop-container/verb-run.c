@@ -12,6 +12,13 @@
 #include "util.h"
 #include "verbs.h"
 
+/* A parse error is the caller's fault: exit code 2. */
+static int usage_error(void)
+{
+  ct_set_error_code(CT_EXIT_USAGE);
+  return -1;
+}
+
 static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
 {
   static const struct option opts[] = {
@@ -26,11 +33,11 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
     switch (c) {
     case 'm':
       if (parse_size_arg("--memory", optarg, &o->memory) < 0)
-        return ct_usage("%s", ct_error());
+        return usage_error();
       break;
     case 's':
       if (parse_size_arg("--swap", optarg, &o->swap) < 0)
-        return ct_usage("%s", ct_error());
+        return usage_error();
       o->swap_set = true;
       break;
     case 'p': {
