@@ -185,3 +185,37 @@ Test(check, repair_of_qemu_written_image_keeps_data)
   assert_no_damage(&r);
   cr_assert_eq(r.clusters_lost, 0);
 }
+
+Test(check, whole_disk_check_covers_every_delta)
+{
+  make_disk(4 << 20, 64);
+  char g[PLOOP_UUID_LEN + 1];
+  OK(ploop_snapshot_create(test_dir, NULL, g));
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  char *lower = NOTNULL(ploop_descriptor_image_path(d, ploop_descriptor_find_image(d, g)));
+  ploop_descriptor_free(d);
+  char msg[4096] = "";
+  cr_assert_eq(ploop_disk_check(test_dir, PLOOP_CHECK_FORCE, msg, sizeof msg), 0, "%s", msg);
+  /* Damage the lower delta only: the disk check must find it. */
+  cr_assert_eq(truncate(lower, 2 * CL), 0);
+  raw_put_le32(lower, BAT0 + 4 * 3, 7);
+  memset(msg, 0, sizeof msg);
+  cr_assert_eq(ploop_disk_check(test_dir, PLOOP_CHECK_FORCE, msg, sizeof msg), 1,
+               "damage in a lower delta not found: %s", msg);
+  cr_assert(strstr(msg, base_name(lower)), "message should name %s: %s", lower, msg);
+  cr_assert_eq(ploop_disk_check(test_dir, PLOOP_CHECK_FORCE | PLOOP_CHECK_REPAIR, msg, sizeof msg),
+               0, "%s", msg);
+  cr_assert_eq(raw_le32(lower, BAT0 + 4 * 3), 0);
+  free(lower);
+}
+
+Test(check, whole_disk_check_reports_missing_delta)
+{
+  make_disk(4 << 20, 64);
+  cr_assert_eq(unlink(tpath("root.hds")), 0);
+  char msg[4096] = "";
+  int rc = ploop_disk_check(test_dir, PLOOP_CHECK_FORCE, msg, sizeof msg);
+  cr_assert_neq(rc, 0, "a disk without its delta checked clean");
+  cr_assert(strstr(msg, "root.hds") || strstr(ploop_get_error(), "root.hds"),
+            "should name the missing file: %s / %s", msg, ploop_get_error());
+}

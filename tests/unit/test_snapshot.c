@@ -486,3 +486,42 @@ Test(resize, rejects_zero_and_oversized)
   cr_assert_eq(ploop_get_status(), PLOOP_ERR_PARAM, "%s", ploop_get_error());
   cr_assert_eq(ploop_resize(test_dir, 51ull << 40, 0), -1, "over the 50 TiB limit");
 }
+
+Test(resize, shrink_then_grow_exposes_zeros_not_old_data)
+{
+  /* Data past the new end must not come back when the disk grows again,
+   * neither from the top nor from a snapshot below it. */
+  static uint8_t model[DISK_SIZE];
+  char s1[PLOOP_UUID_LEN + 1];
+  base_snapshot_write(model, s1); /* data in clusters 0-5, S1 below the top */
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 9, DISK_SIZE - 3 * CL, 3 * CL); /* tail in the top */
+  OK(ploop_disk_close(disk));
+  OK(ploop_resize(test_dir, 2 * CL, PLOOP_RESIZE_FORCE)); /* cuts clusters 2-5 (in S1 and top) */
+  OK(ploop_resize(test_dir, DISK_SIZE, 0));
+  disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDONLY));
+  cr_assert_eq(ploop_disk_size(disk), DISK_SIZE);
+  uint8_t *b = read_all(disk);
+  OK(ploop_disk_close(disk));
+  assert_equal_model(b, model, 2 * CL, "kept part");
+  long nz = first_nonzero(b + 2 * CL, DISK_SIZE - 2 * CL);
+  cr_assert_eq(nz, -1, "byte %ld past the shrink point came back after grow", nz + 2 * CL);
+  free(b);
+  assert_all_deltas_clean();
+}
+
+Test(snapshot, stack_depth_is_limited)
+{
+  make_disk(DISK_SIZE, CL / 512);
+  char g[PLOOP_UUID_LEN + 1];
+  unsigned made = 0;
+  while (made < PLOOP_MAX_DELTAS + 2 && ploop_snapshot_create(test_dir, NULL, g) == 0)
+    made++;
+  cr_assert_eq(made, PLOOP_MAX_DELTAS - 1, "made %u snapshots; limit is %u deltas", made,
+               PLOOP_MAX_DELTAS);
+  cr_assert_eq(n_images(), PLOOP_MAX_DELTAS);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  cr_assert_eq(ploop_disk_depth(disk), PLOOP_MAX_DELTAS);
+  put(disk, 1, 0, 512);
+  OK(ploop_disk_close(disk));
+}
