@@ -22,7 +22,7 @@
  * Wire protocol (text lines, '\n'-terminated, at most 4096 bytes):
  *   C: SNAPSHOT [GUID]          S: OK {guid}
  *   C: MERGE [GUID|-] [ALL]     S: OK
- *   C: RESIZE BYTES             S: OK BYTES          (the new size)
+ *   C: RESIZE SIZE              S: OK BYTES          (SIZE: bytes or 10G; the new size)
  *   C: INFO                     S: OK {json...}      (one line)
  *   C: DIRTY START|STOP         S: OK
  *   C: DIRTY GET [CLEAR]        S: OK NBYTES CLUSTER_BYTES, then NBYTES raw bytes

@@ -34,7 +34,6 @@
 #define ATTR_TIMEOUT 3600.0
 /* Enough workers for a queue depth of 32 on the loop device plus flushes. */
 #define MAX_THREADS 48
-#define IDLE_THREADS 48
 
 struct ploop_fuse_export {
   struct ploop_disk *disk;
@@ -369,9 +368,15 @@ static void *loop_thread(void *arg)
   struct ploop_fuse_export *fx = arg;
   struct fuse_loop_config *cfg = fuse_loop_cfg_create();
   if (cfg) {
-    fuse_loop_cfg_set_clone_fd(cfg, 0);
-    fuse_loop_cfg_set_max_threads(cfg, MAX_THREADS);
-    fuse_loop_cfg_set_idle_threads(cfg, IDLE_THREADS);
+    /* Tunables for benchmarking on other hosts; the defaults were measured. */
+    const char *t = getenv("PLOOP_FUSE_THREADS");
+    unsigned threads = t ? (unsigned)atoi(t) : MAX_THREADS;
+    if (threads < 1 || threads > 256)
+      threads = MAX_THREADS;
+    const char *c = getenv("PLOOP_FUSE_CLONE_FD");
+    fuse_loop_cfg_set_clone_fd(cfg, c && *c == '1');
+    fuse_loop_cfg_set_max_threads(cfg, threads);
+    fuse_loop_cfg_set_idle_threads(cfg, threads);
   }
   fuse_session_loop_mt(fx->se, cfg);
   if (cfg)

@@ -207,10 +207,8 @@ static int handle(int fd, struct disk_export *de, char *line) {
 
   if (strcmp(verb, "RESIZE") == 0) {
     uint64_t bytes;
-    char *end;
-    errno = 0;
-    if (!a1 || (bytes = strtoull(a1, &end, 10), errno != 0 || *end != 0))
-      return reply_err(fd, EINVAL, "RESIZE needs a size in bytes");
+    if (!a1 || ploop_parse_size(a1, &bytes) < 0)
+      return reply_err(fd, EINVAL, "RESIZE needs a size (bytes, or with a K/M/G/T suffix)");
     pthread_mutex_lock(&de->lock);
     int r = ploop_disk_resize(de->disk, bytes, 0);
     pthread_mutex_unlock(&de->lock);

@@ -285,7 +285,12 @@ int main(int argc, char **argv) {
       g_cfg.max_workers = (unsigned)n;
       break;
     }
-    case OPT_FUSE: g_cfg.fuse_mountpoint = optarg; break;
+    case OPT_FUSE: {
+      static char mnt[PATH_MAX];
+      if (!realpath(optarg, mnt)) die("--fuse %s: %s", optarg, strerror(errno));
+      g_cfg.fuse_mountpoint = mnt;
+      break;
+    }
     case OPT_FUSE_NAME: g_cfg.fuse_name = optarg; break;
     case OPT_CTL_PATH: ctl_path = true; break;
     case OPT_CTL: ctl = true; break;

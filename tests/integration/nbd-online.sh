@@ -168,4 +168,21 @@ kill $SPID
 wait $SPID || fail "server exit status"
 [[ ! -e $CTL_SOCK ]] || fail "control socket left behind"
 $PLOOP check "$TMP/disk" >/dev/null || fail "image not clean after the online operations"
+
+# ---- --fuse: the live disk as a file, following an online resize -------
+if [[ -c /dev/fuse ]] && command -v fusermount3 >/dev/null; then
+  mkdir -p "$TMP/mnt"
+  $PLOOP_NBD --fuse "$TMP/mnt" --fuse-name disk.img -U "$SOCK" "$TMP/disk" 2>"$TMP/fuse.log" &
+  SPID=$!
+  for _ in $(seq 50); do [[ -e $TMP/mnt/disk.img ]] && break; sleep 0.1; done
+  [[ -e $TMP/mnt/disk.img ]] || fail "FUSE export: $(cat "$TMP/fuse.log")"
+  cmp -n 1048576 <(dd if="$TMP/mnt/disk.img" bs=1M skip=200 count=1 status=none) \
+    <(head -c 1M /dev/zero | tr '\0' '\167') || fail "FUSE file content"
+  $PLOOP_NBD --ctl "$TMP/disk" RESIZE 320M >/dev/null
+  [[ $(stat -c %s "$TMP/mnt/disk.img") == 335544320 ]] || fail "FUSE file size after online resize"
+  kill $SPID
+  wait $SPID || fail "server with --fuse exit status"
+  mountpoint -q "$TMP/mnt" && fail "FUSE mount left behind"
+  $PLOOP check "$TMP/disk" >/dev/null || fail "image not clean after the FUSE export"
+fi
 echo PASS
