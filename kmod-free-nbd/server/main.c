@@ -33,6 +33,7 @@ struct server_config g_cfg = {.max_workers = 16, .fuse_name = "disk"};
 atomic_bool g_stopping;
 
 #define MAX_LISTEN 16
+#define MAX_CONNECTIONS 256u
 static int listen_fds[MAX_LISTEN];
 static size_t nlisten;
 static int done_fd = -1; /* eventfd: the stdio client has left */
@@ -422,6 +423,12 @@ int main(int argc, char **argv) {
       } else {
         int fd = accept4(pfd[i].fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) continue;
+        /* Each client costs threads: a flood of them must not sink the server. */
+        if (conns_active() >= MAX_CONNECTIONS) {
+          nbd_debug("%u clients connected: refusing another", MAX_CONNECTIONS);
+          close(fd);
+          continue;
+        }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails on unix: fine */
         if (conn_spawn(fd) < 0) {

@@ -258,6 +258,19 @@ for i in range(150):
     finally:
         s.close()
 healthy_ok()
+
+# ---- a flood of idle connections: refused past the limit, served after --
+flood = []
+for i in range(300):
+    try:
+        flood.append(conn())
+    except OSError:
+        break
+healthy_ok()
+for f in flood:
+    f.close()
+time.sleep(0.5)
+s = transmission(); request(s, 0, 0, 512, cookie=1); ok(simple(s) == (0, 1), "served after the flood"); s.close()
 request(healthy, 2); ok(closed(healthy), "healthy client disconnects cleanly")
 print("fuzz: %d checks passed" % checks)
 PY
