@@ -25,8 +25,8 @@ ct_cgroups() { find /sys/fs/cgroup -maxdepth 4 -type d -path "*ploop-container*"
 # over its files, attach state, cgroups.
 assert_no_leaks() {
   local name=$1
-  if grep -q "$CTROOT" /proc/mounts; then fail "mounts left: $(grep "$CTROOT" /proc/mounts)"; fi
-  if losetup -a | grep -q "$CTROOT"; then fail "loop devices left: $(losetup -a | grep "$CTROOT")"; fi
+  if grep -q "$CTROOT/$name/" /proc/mounts; then fail "mounts left: $(grep "$CTROOT/$name/" /proc/mounts)"; fi
+  if losetup -a | grep -q "$CTROOT/$name/"; then fail "loop devices left: $(losetup -a | grep "$CTROOT/$name/")"; fi
   if grep -qs "$CTROOT/$name" /run/ploop/attach/* 2>/dev/null; then fail "attach state left for $name"; fi
   local cg
   cg=$(ct_cgroups "$name")
