@@ -39,6 +39,7 @@ int main(int argc, char **argv)
   static const struct option opts[] = {{"root", required_argument, NULL, 'r'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
+  opterr = 0;  /* errors are ours to print, on one line */
   int c;
   while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
     switch (c) {
@@ -49,12 +50,12 @@ int main(int argc, char **argv)
       fputs(usage, stdout);
       return 0;
     default:
-      fputs(usage, stderr);
+      fprintf(stderr, "ploop-container: bad option '%s' (see --help)\n", argv[optind - 1]);
       return CT_EXIT_USAGE;
     }
   }
   if (optind >= argc) {
-    fputs(usage, stderr);
+    fprintf(stderr, "ploop-container: no verb given (see --help)\n");
     return CT_EXIT_USAGE;
   }
   if (ct_root[0] != '/') {

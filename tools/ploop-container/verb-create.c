@@ -38,7 +38,7 @@ int verb_create(int argc, char **argv)
         return ct_usage("--disk: '%s' is not ploop or raw", optarg);
       raw = strcmp(optarg, "raw") == 0;
     } else {
-      return ct_usage("create: bad option (see --help)");
+      return ct_usage("create: bad option '%s' (see --help)", argv[optind - 1]);
     }
   }
   if (argc - optind != 1)

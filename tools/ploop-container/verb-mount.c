@@ -21,7 +21,7 @@ int verb_mount(int argc, char **argv)
   int c;
   while ((c = getopt_long(argc, argv, "s:", opts, NULL)) != -1) {
     if (c != 's')
-      return ct_usage("mount: bad option (see --help)");
+      return ct_usage("mount: bad option '%s' (see --help)", argv[optind - 1]);
     snap = optarg;
   }
   int rest = argc - optind;

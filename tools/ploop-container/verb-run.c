@@ -66,7 +66,7 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
       o->userns = true;
       break;
     default:
-      return ct_usage("%s: bad option (see --help)", argv[0]);
+      return ct_usage("%s: bad option '%s' (see --help)", argv[0], argv[optind - 1]);
     }
   }
   return ct_run_opts_check(o);

@@ -16,7 +16,7 @@ int verb_stop(int argc, char **argv)
   int c;
   while ((c = getopt_long(argc, argv, "t:", opts, NULL)) != -1) {
     if (c != 't')
-      return ct_usage("stop: bad option (see --help)");
+      return ct_usage("stop: bad option '%s' (see --help)", argv[optind - 1]);
     char *end;
     errno = 0;
     timeout = strtoul(optarg, &end, 10);
