@@ -414,9 +414,12 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
   argv[a++] = "-d";
   argv[a++] = "--pid-file";
   argv[a++] = (char *)p->pid_file;
-  if (readonly)
-    argv[a++] = "-r";
+  /* A read-only attach of the top is enforced by the read-only loop device
+   * and mount; the daemon serves the top as usual (and keeps its control
+   * socket for `ploop snapshot`).  Snapshots are served read-only. */
+  (void)readonly;
   if (guid[0]) {
+    argv[a++] = "-r";
     argv[a++] = "--snapshot";
     argv[a++] = (char *)guid;
   }
@@ -551,13 +554,60 @@ static int loop_detach(const char *dev)
 
 /* ---- mount ------------------------------------------------------------ */
 
-static int fs_mount(const char *dev, const char *mp, const char *fstype, bool readonly,
-                    unsigned long extra, const char *data)
+/* mount(8)-style options: the generic ones are MS_* flags for mount(2), the
+ * rest is the filesystem's data string. */
+static const struct {
+  const char *name;
+  unsigned long set, clear;
+} generic_opts[] = {
+    {"ro", MS_RDONLY, 0},          {"rw", 0, MS_RDONLY},
+    {"nosuid", MS_NOSUID, 0},      {"suid", 0, MS_NOSUID},
+    {"nodev", MS_NODEV, 0},        {"dev", 0, MS_NODEV},
+    {"noexec", MS_NOEXEC, 0},      {"exec", 0, MS_NOEXEC},
+    {"sync", MS_SYNCHRONOUS, 0},   {"async", 0, MS_SYNCHRONOUS},
+    {"dirsync", MS_DIRSYNC, 0},    {"noatime", MS_NOATIME, 0},
+    {"atime", 0, MS_NOATIME},      {"nodiratime", MS_NODIRATIME, 0},
+    {"diratime", 0, MS_NODIRATIME}, {"relatime", MS_RELATIME, 0},
+    {"norelatime", 0, MS_RELATIME}, {"strictatime", MS_STRICTATIME, 0},
+    {"lazytime", MS_LAZYTIME, 0},  {"nolazytime", 0, MS_LAZYTIME},
+    {"defaults", 0, 0},
+};
+
+static void split_mount_options(const char *in, unsigned long *flags, char *data, size_t len)
 {
-  unsigned long flags = extra | (readonly ? MS_RDONLY : 0);
+  data[0] = 0;
+  if (!in)
+    return;
+  char *copy = strdup(in), *save = NULL;
+  if (!copy)
+    return;
+  size_t used = 0;
+  for (char *o = strtok_r(copy, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+    bool generic = false;
+    for (size_t k = 0; k < sizeof(generic_opts) / sizeof(generic_opts[0]) && !generic; k++) {
+      if (strcmp(o, generic_opts[k].name) == 0) {
+        *flags = (*flags | generic_opts[k].set) & ~generic_opts[k].clear;
+        generic = true;
+      }
+    }
+    if (!generic && used + strlen(o) + 2 < len)
+      used += (size_t)snprintf(data + used, len - used, "%s%s", used ? "," : "", o);
+  }
+  free(copy);
+}
+
+static int fs_mount(const char *dev, const char *mp, const char *fstype, bool readonly,
+                    unsigned long extra, const char *options)
+{
+  unsigned long flags = extra;
+  char data[1024];
+  split_mount_options(options, &flags, data, sizeof(data));
+  if (readonly)
+    flags |= MS_RDONLY;
   if (mount(dev, mp, fstype, flags, data) == 0)
     return 0;
   int e = errno;
+  readonly = flags & MS_RDONLY;
   /* A read-only device cannot replay a journal: mount without it (a
    * snapshot taken under FIFREEZE has a clean journal anyway). */
   if (readonly && (e == EROFS || e == EINVAL || e == EACCES)) {
@@ -566,7 +616,7 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
                                                       : NULL;
     if (skip) {
       char opts[1024];
-      snprintf(opts, sizeof(opts), "%s%s%s", data ? data : "", data && *data ? "," : "", skip);
+      snprintf(opts, sizeof(opts), "%s%s%s", data, *data ? "," : "", skip);
       if (mount(dev, mp, fstype, flags, opts) == 0)
         return 0;
     }

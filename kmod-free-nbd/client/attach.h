@@ -32,7 +32,8 @@ struct ploop_attach_opts {
   const char *snapshot_guid;   /* NULL: the live top; else that snapshot, read-only */
   const char *mount_point;     /* NULL: attach the device only (for mkfs, fsck) */
   const char *fstype;          /* NULL: probe the device with libblkid */
-  const char *mount_data;      /* filesystem options, e.g. "noatime,discard"; NULL: none */
+  const char *mount_data;      /* mount(8)-style options, e.g. "noatime,discard": generic
+                                * ones become MS_* flags, the rest goes to the fs */
   unsigned long mount_flags;   /* extra MS_* flags (MS_NOSUID, MS_NODEV, ...) */
 };
 
