@@ -161,14 +161,17 @@ unsigned conns_active(void) {
 }
 
 /* Requests in flight finish and are answered; a thread blocked reading the
- * next request is woken by shutdown() (sockets) or a signal (pipes). */
+ * next request is woken by shutdown() (sockets) or a signal (pipes).  A
+ * client that stops reading its replies would block a worker forever, so
+ * after a grace period the write side is cut too. */
+#define SHUTDOWN_GRACE_ROUNDS 30 /* x 100 ms */
 void conns_shutdown_and_wait(void) {
   atomic_store(&g_stopping, true);
   pthread_mutex_lock(&reg_lock);
-  while (reg_count > 0) {
+  for (unsigned round = 0; reg_count > 0; round++) {
     for (struct conn *c = reg_head; c; c = c->next) {
       atomic_store(&c->closing, true);
-      shutdown(c->rfd, SHUT_RD);
+      shutdown(c->rfd, round < SHUTDOWN_GRACE_ROUNDS ? SHUT_RD : SHUT_RDWR);
       pthread_mutex_lock(&c->wk_lock);
       if (atomic_load(&c->reader_valid)) pthread_kill(c->reader, SIGUSR1);
       pthread_mutex_unlock(&c->wk_lock);

@@ -205,6 +205,18 @@ static int handle(int fd, struct disk_export *de, char *line) {
     return reply_ok(fd, "");
   }
 
+  if (strcmp(verb, "COMPACT") == 0) {
+    uint64_t reclaimed = 0;
+    pthread_mutex_lock(&de->lock);
+    int r = ploop_disk_compact(de->disk, &reclaimed);
+    pthread_mutex_unlock(&de->lock);
+    if (r < 0) return reply_err(fd, ploop_get_errno(), ploop_get_error());
+    char out[32];
+    snprintf(out, sizeof out, "%" PRIu64, reclaimed);
+    nbd_log("%s: online compaction reclaimed %s bytes", de->name, out);
+    return reply_ok(fd, out);
+  }
+
   if (strcmp(verb, "RESIZE") == 0) {
     uint64_t bytes;
     if (!a1 || ploop_parse_size(a1, &bytes) < 0)

@@ -162,7 +162,10 @@ int exports_open_all(char *err, size_t errlen) {
     struct disk_export *de = &g_cfg.disks[i];
     pthread_mutex_init(&de->lock, NULL);
     de->ctl_fd = -1;
-    de->disk = ploop_disk_open(de->dir, NULL, PLOOP_OPEN_RDWR);
+    /* Read-only opens take no lock: a -r / --snapshot server may run beside
+     * the one serving the top read-write. */
+    bool ro = g_cfg.readonly || g_cfg.snapshot;
+    de->disk = ploop_disk_open(de->dir, g_cfg.snapshot, ro ? PLOOP_OPEN_RDONLY : PLOOP_OPEN_RDWR);
     if (!de->disk) {
       snprintf(err, errlen, "%s", ploop_get_error());
       return -1;

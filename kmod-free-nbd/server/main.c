@@ -89,6 +89,8 @@ static void usage(FILE *f) {
           "  -d, --daemon            run in the background once serving\n"
           "  -P, --pid-file FILE     write the server's pid to FILE\n"
           "  -t, --threads N         request threads per connection (default 16)\n"
+          "  -r, --readonly          serve every disk read-only (no control socket)\n"
+          "      --snapshot GUID     serve that snapshot of the disk read-only (implies -r)\n"
           "      --fuse MOUNTPOINT   also export the first disk as a file via FUSE\n"
           "      --fuse-name FILE    name of that file (default: disk)\n"
           "      --ctl-path          print the control socket path of DIR and exit\n"
@@ -258,20 +260,21 @@ static int control_command(int argc, char **argv) {
 static void noop_handler(int sig) { (void)sig; }
 
 int main(int argc, char **argv) {
-  enum { OPT_FUSE = 256, OPT_FUSE_NAME, OPT_CTL_PATH, OPT_CTL };
+  enum { OPT_FUSE = 256, OPT_FUSE_NAME, OPT_CTL_PATH, OPT_CTL, OPT_SNAPSHOT };
   static const struct option opts[] = {
       {"unix", required_argument, NULL, 'U'},   {"port", required_argument, NULL, 'p'},
       {"bind", required_argument, NULL, 'b'},   {"stdio", no_argument, NULL, 's'},
       {"daemon", no_argument, NULL, 'd'},       {"pid-file", required_argument, NULL, 'P'},
       {"threads", required_argument, NULL, 't'}, {"fuse", required_argument, NULL, OPT_FUSE},
       {"fuse-name", required_argument, NULL, OPT_FUSE_NAME},
+      {"readonly", no_argument, NULL, 'r'},     {"snapshot", required_argument, NULL, OPT_SNAPSHOT},
       {"ctl-path", no_argument, NULL, OPT_CTL_PATH}, {"ctl", no_argument, NULL, OPT_CTL}, {"verbose", no_argument, NULL, 'v'},
       {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
   const char *unix_path = NULL, *port = NULL, *bind_addr = NULL, *pid_file = NULL;
   bool use_stdio = false, daemon_mode = false, ctl_path = false, ctl = false;
   int ch;
-  while ((ch = getopt_long(argc, argv, "U:p:b:sdP:t:vhV", opts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "U:p:b:sdP:t:rvhV", opts, NULL)) != -1) {
     switch (ch) {
     case 'U': unix_path = optarg; break;
     case 'p': port = optarg; break;
@@ -295,6 +298,14 @@ int main(int argc, char **argv) {
     case OPT_FUSE_NAME: g_cfg.fuse_name = optarg; break;
     case OPT_CTL_PATH: ctl_path = true; break;
     case OPT_CTL: ctl = true; break;
+    case 'r': g_cfg.readonly = true; break;
+    case OPT_SNAPSHOT: {
+      static char guid[PLOOP_UUID_LEN + 1];
+      if (ploop_uuid_normalize(optarg, guid) < 0) die("--snapshot %s: not a UUID", optarg);
+      g_cfg.snapshot = guid;
+      g_cfg.readonly = true;
+      break;
+    }
     case 'v': g_cfg.verbose = true; break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("ploop-nbd %s\n", PLOOP_VERSION_STRING); return 0;
@@ -314,6 +325,7 @@ int main(int argc, char **argv) {
   if (optind >= argc) die("no disk given (usage: ploop-nbd [OPTIONS] [NAME=]DIR...)");
   for (int i = optind; i < argc; i++) add_disk(argv[i]);
   if (bind_addr && !port) die("--bind needs --port");
+  if (g_cfg.snapshot && g_cfg.ndisks > 1) die("--snapshot serves one disk; %zu given", g_cfg.ndisks);
   if (g_cfg.fuse_name && (strchr(g_cfg.fuse_name, '/') || !*g_cfg.fuse_name))
     die("--fuse-name must be a plain file name");
   bool activated = socket_activation();
@@ -351,7 +363,9 @@ int main(int argc, char **argv) {
   } else if (port) {
     listen_tcp(bind_addr, port);
   }
-  for (size_t i = 0; i < g_cfg.ndisks; i++) {
+  /* A read-only server changes nothing; the disk's control socket belongs
+   * to the server of its read-write top, if any. */
+  for (size_t i = 0; i < g_cfg.ndisks && !g_cfg.readonly; i++) {
     if (control_start(&g_cfg.disks[i], err, sizeof err) < 0) {
       for (size_t k = 0; k < i; k++) control_stop(&g_cfg.disks[k]);
       exports_close_all();

@@ -67,6 +67,8 @@ struct server_config {
   unsigned max_workers; /* request threads per connection */
   const char *fuse_mountpoint;
   const char *fuse_name;
+  bool readonly;          /* -r: open every disk read-only, no control socket */
+  const char *snapshot;   /* --snapshot GUID: serve that state of the (one) disk */
   bool verbose;
 };
 /* The process serves one set of disks: a single global keeps every part

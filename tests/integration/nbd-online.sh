@@ -129,6 +129,21 @@ s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, 1, 5, 0, 512) + b"x" * 512)
 assert struct.unpack(">IIQ", rd(16)) == (0x67446698, 1, 5), "write to snapshot must give EPERM"
 PY
 
+# A second, read-only server for the snapshot alone, beside the live one.
+$PLOOP_NBD --snapshot "$UUID" -U "$TMP/snap.sock" "$TMP/disk" 2>"$TMP/snap.log" &
+SNPID=$!
+for _ in $(seq 50); do [[ -S $TMP/snap.sock ]] && break; sleep 0.1; done
+RU="nbd+unix:///?socket=$TMP/snap.sock"
+[[ $(nbdinfo --json "$RU" | python3 -c 'import json,sys; print(json.load(sys.stdin)["exports"][0]["is_read_only"])') == True ]] ||
+  fail "--snapshot server not read-only: $(cat "$TMP/snap.log")"
+nbdcopy "$RU" "$TMP/snap2.raw"
+cmp "$TMP/snap.raw" "$TMP/snap2.raw" || fail "--snapshot server serves other data"
+kill $SNPID
+wait $SNPID || fail "--snapshot server exit status"
+mkdir -p "$TMP/other"
+$PLOOP init -s 16M "$TMP/other/root.hds" >/dev/null
+expect_fail $PLOOP_NBD --snapshot "$UUID" -U "$TMP/x.sock" "$TMP/disk" "$TMP/other" >/dev/null
+
 # ---- INFO, merge refused while the snapshot is exported ----------------
 info=$($PLOOP_NBD --ctl "$TMP/disk" INFO)
 python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["snapshots"][0]["guid"]==sys.argv[2] and d["depth"]==2, d' "$info" "$GUID" ||
@@ -155,6 +170,11 @@ dirty=$($PLOOP_NBD --ctl "$TMP/disk" DIRTY GET CLEAR | tr '\n' ' ')
 dirty=$($PLOOP_NBD --ctl "$TMP/disk" DIRTY GET | tr '\n' ' ')
 [[ $dirty == "cluster_size 1048576 " ]] || fail "dirty after clear: $dirty"
 $PLOOP_NBD --ctl "$TMP/disk" DIRTY STOP >/dev/null
+
+# ---- compaction: trimmed clusters come back -----------------------------
+qemu-io -f raw -c 'discard 0 64M' "$U" >/dev/null
+rec=$($PLOOP_NBD --ctl "$TMP/disk" COMPACT) || fail "COMPACT"
+[[ $rec =~ ^[0-9]+$ ]] || fail "COMPACT reply: $rec"
 
 # ---- online resize: new connections see the new size -------------------
 [[ $($PLOOP_NBD --ctl "$TMP/disk" RESIZE 268435456) == 268435456 ]] || fail "online grow"
