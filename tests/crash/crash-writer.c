@@ -1,7 +1,7 @@
 /* Crash-test driver for libploop (run by tests/integration/crash-kill.sh).
  *
  *   crash-writer init DIR SIZE CLUSTER_BYTES
- *   crash-writer write DIR LOG SEED MODE     (MODE: plain|snapshot|merge|resize; runs until killed)
+ *   crash-writer write DIR LOG SEED MODE     (MODE: plain|snapshot|merge|resize|convert; runs until killed)
  *   crash-writer verify DIR LOG BASELINE [--commit]
  *
  * `write` appends one line to LOG before issuing each operation and, after
@@ -241,6 +241,16 @@ static int cmd_write(const char *dir, const char *logpath, uint64_t seed, const 
         }
         log_line(true, "r %" PRIu64 "\n", to);
       }
+    } else if (!strcmp(mode, "convert")) {
+      /* v2 -> v1 -> v2 in place: the BAT is rewritten under a backup. */
+      burst(disk, 20);
+      close_disk(disk);
+      int version = round % 2 ? 2 : 1;
+      log_line(true, "C %d\n", version);
+      if (ploop_convert_version(dir, version) < 0)
+        lib_die("convert");
+      log_line(true, "c %d\n", version);
+      disk = open_rw(dir);
     } else {
       die("unknown mode '%s'", mode);
     }
@@ -415,7 +425,7 @@ int main(int argc, char **argv)
   if ((argc == 5 || argc == 6) && !strcmp(argv[1], "verify"))
     return cmd_verify(argv[2], argv[3], argv[4], argc == 6 && !strcmp(argv[5], "--commit"));
   fprintf(stderr, "usage: crash-writer init DIR SIZE CLUSTER_BYTES\n"
-                  "       crash-writer write DIR LOG SEED plain|snapshot|merge|resize\n"
+                  "       crash-writer write DIR LOG SEED plain|snapshot|merge|resize|convert\n"
                   "       crash-writer verify DIR LOG BASELINE [--commit]\n");
   return 2;
 }
