@@ -181,6 +181,13 @@ int ploop_ctl_resize(const char *dir, uint64_t new_bytes) {
   return transact(dir, line, NULL, 0, false);
 }
 
+int ploop_ctl_compact(const char *dir, uint64_t *reclaimed) {
+  char reply[64];
+  if (transact(dir, "COMPACT", reply, sizeof reply, false) < 0) return -1;
+  if (reclaimed) *reclaimed = strtoull(reply, NULL, 10);
+  return 0;
+}
+
 int ploop_ctl_info(const char *dir, char *json, size_t len) {
   return transact(dir, "INFO", json, len, false);
 }

@@ -23,6 +23,7 @@
  *   C: SNAPSHOT [GUID]          S: OK {guid}
  *   C: MERGE [GUID|-] [ALL]     S: OK
  *   C: RESIZE SIZE              S: OK BYTES          (SIZE: bytes or 10G; the new size)
+ *   C: COMPACT                  S: OK BYTES          (bytes reclaimed)
  *   C: INFO                     S: OK {json...}      (one line)
  *   C: DIRTY START|STOP         S: OK
  *   C: DIRTY GET [CLEAR]        S: OK NBYTES CLUSTER_BYTES, then NBYTES raw bytes
@@ -69,6 +70,11 @@ int ploop_ctl_merge(const char *dir, const char *guid, bool all);
 /* Online grow/shrink to NEW_BYTES.  Clients already connected keep the
  * size they negotiated; new connections see the new one. */
 int ploop_ctl_resize(const char *dir, uint64_t new_bytes);
+
+/* Online compaction (ploop_disk_compact): moves the top delta's tail
+ * clusters into holes left by discard and truncates the file; the number
+ * of bytes given back goes to *RECLAIMED if non-NULL. */
+int ploop_ctl_compact(const char *dir, uint64_t *reclaimed);
 
 /* Fills JSON with one JSON object describing the served disk:
  *   {"dir":..., "name":..., "pid":N, "size":N, "cluster_size":N,
