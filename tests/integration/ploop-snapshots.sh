@@ -91,15 +91,33 @@ remaining=$(for k in $remaining; do case $k in 5 | 6) ;; *) echo $k ;; esac; don
 check_all $remaining
 $PLOOP check -f "$D" >/dev/null || fail "check after merges"
 
-# --- snapshot-switch to snapshot 15: the top now equals model 15, others intact
+# --- snapshot-switch to snapshot 15: the top now equals model 15, the old
+# top's changes are dropped (its file removed), every snapshot stays intact
+n_before=$($PLOOP snapshot-list -H -o uuid "$D" | wc -l)
+old_top=$($PLOOP snapshot-list -H -o current,fname "$D" | awk '$1 == "*" {print $2}')
 $PLOOP snapshot-switch -u "${uuid[15]}" "$D"
 cp "$TMP/models/15.raw" "$TMP/models/cur.raw"
-check_all 1 2 4 15
+[[ $($PLOOP snapshot-list -H -o uuid "$D" | wc -l) -eq $n_before ]] || fail "switch changed the image count"
+[[ $($PLOOP snapshot-list -H -o current,parent_uuid "$D" | awk '$1 == "*" {print $2}') == "${uuid[15]}" ]] ||
+  fail "after switch the top's parent is not snapshot 15"
+[[ ! -e $old_top ]] || $PLOOP snapshot-list -H -o fname "$D" | grep -qxF "$old_top" ||
+  fail "switch left the dropped top's file $old_top behind"
+check_all 1 2 4 15 16 21
 # Write after the switch, snapshot again, keep going.
 $TOOL scribble "$TMP/models/cur.raw" 999 4
 $PLOOP import "$TMP/models/cur.raw" "$D" >/dev/null
 uuid[100]=$($PLOOP snapshot "$D")
 cp "$TMP/models/cur.raw" "$TMP/models/100.raw"
+check_all 1 15 16 21 100
+
+# Snapshot 15 now has two children (16 and 100): merging everything is refused
+# and changes nothing, until the old branch 16..21 is deleted (leaves first).
+before=$(cd "$D" && sha256sum * | sha256sum)
+expect_fail $PLOOP snapshot-merge -A "$D" | grep -q children || fail "merge -A over a branch"
+[[ $(cd "$D" && sha256sum * | sha256sum) == "$before" ]] || fail "refused merge -A changed files"
+for k in 21 20 19 18 16; do
+  $PLOOP snapshot-delete -u "${uuid[k]}" "$D"
+done
 check_all 1 15 100
 
 # --- merge everything into the base: one image left, holding the top's data
