@@ -89,7 +89,7 @@ int ct_config_save(const struct ct_config *c)
   cleanup_free char *path = ct_path(c->name, "config");
   cleanup_free char *s = xasprintf("name=%s\ndisk_bytes=%" PRIu64 "\nsource=%s\n", c->name,
                                    c->disk_bytes, c->source);
-  return write_file_atomic(path, s, strlen(s));
+  return write_file_atomic(path, s, strlen(s), true);
 }
 
 int ct_config_load(const char *name, struct ct_config *c)
@@ -131,7 +131,7 @@ int ct_state_save(const char *name, const struct ct_state *s)
       "memory=%" PRIu64 "\nswap=%" PRIu64 "\npids=%" PRIu64 "\n",
       (int)s->monitor_pid, (int)s->init_pid, s->init_start, s->userns, s->kept_mounted,
       s->memory, s->swap, s->pids);
-  return write_file_atomic(path, txt, strlen(txt));
+  return write_file_atomic(path, txt, strlen(txt), false);
 }
 
 int ct_state_load(const char *name, struct ct_state *s)

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/wait.h>
@@ -18,6 +19,26 @@
 #include "launch.h"
 #include "monitor.h"
 #include "util.h"
+
+/* PLOOP_CONTAINER_TIMING=1: one stderr line with the time of each phase of
+ * run, so the launch can be measured apart from the disk attach. */
+static struct {
+  bool on;
+  uint64_t last;
+  char line[512];
+} timing;
+
+static void phase(const char *name)
+{
+  if (!timing.on)
+    return;
+  uint64_t t = now_ns();
+  if (name) {
+    size_t n = strlen(timing.line);
+    snprintf(timing.line + n, sizeof timing.line - n, " %s=%.2fms", name, (double)(t - timing.last) / 1e6);
+  }
+  timing.last = t;
+}
 
 static void ready(int fd, const char *msg)
 {
@@ -56,7 +77,7 @@ static void save_last_exit(const char *name, int status, uint64_t oom)
 {
   cleanup_free char *p = ct_path(name, "last-exit");
   cleanup_free char *s = xasprintf("status=%d\noom_kills=%" PRIu64 "\n", status, oom);
-  write_file_atomic(p, s, strlen(s));
+  write_file_atomic(p, s, strlen(s), false);
 }
 
 int container_run(const char *name, int lockfd, const struct ct_run_opts *o, char *const *argv,
@@ -70,17 +91,22 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   sigset_t fwd, old;
   monitor_signals(&fwd);
   sigprocmask(SIG_BLOCK, &fwd, &old);
+  timing.on = getenv("PLOOP_CONTAINER_TIMING") != NULL;
+  phase(NULL);
   if (container_recover(name) < 0)
     goto fail;
+  phase("recover");
   bool kept = disk_is_mounted(mnt);
   if (!kept) {
     if (disk_mount(diskdir, mnt) < 0)
       goto fail;
     mounted = true;
   }
+  phase("attach");
   if (cg_init(&cg, name) < 0 || cg_create(&cg, o->memory, o->swap, o->pids) < 0)
     goto fail;
   cg_made = true;
+  phase("cgroup");
   struct ct_launch l = {
       .rootfs = mnt, .argv = argv, .hostname = o->hostname[0] ? o->hostname : name,
       .net = o->net, .userns = o->userns, .tty = !o->detach && isatty(0) && isatty(1), .cg = &cg,
@@ -98,9 +124,11 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
     waitpid(p.pid, NULL, 0);
     goto fail;
   }
+  phase("launch");
   ready(ready_fd, "ok");
   ready_fd = -1;
   int status = monitor_wait(p.pid, p.pty_master);
+  phase("run");
   if (p.pty_master >= 0)
     close(p.pty_master);
   uint64_t oom = 0;
@@ -119,10 +147,14 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
     rc = rc ? rc : 1;
   }
   ct_state_remove(name);
+  phase("cleanup");
   if (!kept && disk_umount(diskdir, mnt) < 0) {
     fprintf(stderr, "ploop-container: %s\n", ct_error());
     rc = rc ? rc : 1;
   }
+  phase("detach");
+  if (timing.on)
+    fprintf(stderr, "ploop-container: timing:%s\n", timing.line);
   cg_free(&cg);
   sigprocmask(SIG_SETMASK, &old, NULL);
   return rc;

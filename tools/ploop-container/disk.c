@@ -11,7 +11,6 @@
 #include <linux/fs.h>
 #include <linux/loop.h>
 #include <mntent.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -260,51 +259,6 @@ static int raw_snapshot(const char *dir, const char *mnt, char *id, size_t idlen
 
 /* ---- ploop backend: the disk attached through ploop-nbd ---- */
 
-/* WORKAROUND (see /work/api-requests.md, "attach leaks the ploop-nbd daemon"):
- * attach may record the pid of ploop-nbd's short-lived foreground parent, so
- * ploop_attach_umount misses the real daemon, which keeps the disk lock. If
- * the disk's lock is held by a ploop-nbd serving DIR while no attachment of
- * DIR is known, that daemon is an orphan of ours: stop it. Remove once
- * attach records the daemon's own pid. */
-static void stop_orphan_daemon(const char *dir)
-{
-  struct ploop_attach_info info;
-  if (ploop_attach_find(dir, &info) == 0)
-    return;  /* a live, known attachment: not an orphan */
-  cleanup_free char *lck = xasprintf("%s/" PLOOP_DESCRIPTOR_NAME ".lck", dir);
-  cleanup_close int fd = open(lck, O_RDWR | O_CLOEXEC);
-  if (fd < 0)
-    return;
-  for (int i = 0; i < 250; i++) {
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
-      fl.l_type = F_UNLCK;
-      fcntl(fd, F_OFD_SETLK, &fl);
-      return;  /* free */
-    }
-    char holder[128] = "";
-    ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-    holder[n > 0 ? n : 0] = 0;
-    int pid = 0;
-    char comm[32] = "";
-    if (sscanf(holder, "pid %d (%31[^)])", &pid, comm) != 2 || strcmp(comm, "ploop-nbd") != 0)
-      return;  /* someone else (ploop CLI...): leave it and let attach report it */
-    char cmdpath[64], cmd[4096];
-    snprintf(cmdpath, sizeof cmdpath, "/proc/%d/cmdline", pid);
-    ssize_t len = read_file(cmdpath, cmd, sizeof cmd);
-    if (len <= 0)
-      return;
-    for (ssize_t k = 0; k < len; k++)
-      if (!cmd[k])
-        cmd[k] = ' ';
-    if (!strstr(cmd, dir))
-      return;
-    kill(pid, i < 150 ? SIGTERM : SIGKILL);
-    struct timespec ts = {0, 20 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 static int ploop_create(const char *dir, uint64_t bytes)
 {
   cleanup_free char *delta = xasprintf("%s/" PLOOP_DEFAULT_IMAGE_NAME, dir);
@@ -313,14 +267,11 @@ static int ploop_create(const char *dir, uint64_t bytes)
     return ploop_failed("create ploop disk");
   if (ploop_attach_format(dir, "ext4") < 0)
     return ploop_failed("make ext4 on the ploop disk");
-  stop_orphan_daemon(dir);
   return 0;
 }
 
 static int ploop_mount(const char *dir, const char *snapshot, const char *mnt)
 {
-  if (!snapshot)
-    stop_orphan_daemon(dir);
   struct ploop_attach_opts o = {.readonly = snapshot != NULL, .snapshot_guid = snapshot,
                                 .mount_point = mnt, .fstype = "ext4",
                                 .mount_flags = MS_NODEV};
@@ -356,7 +307,6 @@ int disk_umount(const char *dir, const char *mnt)
       return 0;
     return ploop_failed("detach ploop disk");
   }
-  stop_orphan_daemon(dir);
   return 0;
 }
 

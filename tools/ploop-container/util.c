@@ -41,13 +41,13 @@ int write_file(const char *path, const char *s)
   return 0;
 }
 
-int write_file_atomic(const char *path, const char *s, size_t len)
+int write_file_atomic(const char *path, const char *s, size_t len, bool durable)
 {
   cleanup_free char *tmp = xasprintf("%s.tmp", path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return ct_fail(errno, "create %s", tmp);
-  if (write(fd, s, len) != (ssize_t)len || fsync(fd) < 0) {
+  if (write(fd, s, len) != (ssize_t)len || (durable && fsync(fd) < 0)) {
     int saved = errno;
     close(fd);
     unlink(tmp);

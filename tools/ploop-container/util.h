@@ -26,8 +26,10 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Writes S to an existing file (open O_WRONLY, no create): for /proc, /sys. */
 int write_file(const char *path, const char *s);
-/* Creates/replaces PATH atomically (tmp + fsync + rename). */
-int write_file_atomic(const char *path, const char *s, size_t len);
+/* Creates/replaces PATH atomically (tmp + rename); DURABLE adds the fsync
+ * (config), runtime state skips it (a crash ends the container anyway, and an
+ * fsync costs ~10 ms of start latency). */
+int write_file_atomic(const char *path, const char *s, size_t len, bool durable);
 /* Reads up to LEN-1 bytes, NUL-terminates; returns bytes or -1. */
 ssize_t read_file(const char *path, char *buf, size_t len);
 /* Reads a decimal number ("max" reads as UINT64_MAX). */

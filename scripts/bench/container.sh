@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Container start latency: 100 sequential `/bin/true` containers with
+# ploop-container, `runc run` and `bwrap`, same busybox rootfs and the same
+# namespaces (pid, mount, uts, ipc, net, cgroup), in one run; ratios against
+# runc (target: ploop-container <= 0.5x). ploop-container runs with its
+# ploop disk already attached (`ploop-container mount`): the attach+detach
+# of the disk is measured on its own below, not hidden in the launch figure.
+set -euo pipefail
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${PLOOP_BUILD:-$TOP/build}
+case $BUILD in /*) ;; *) BUILD=$TOP/$BUILD ;; esac
+CT=$BUILD/bin/ploop-container
+N=${N:-100}
+[[ $(id -u) -eq 0 ]] || { echo "container bench: needs root, skipped"; exit 0; }
+for t in runc bwrap; do command -v $t >/dev/null || { echo "container bench: $t missing (scripts/install-deps.sh)"; exit 1; }; done
+[[ -x $CT ]] || { echo "container bench: $CT not built"; exit 1; }
+
+TMP=$(mktemp -d /var/tmp/ploop-bench-ct.XXXXXX)
+R=$TMP/ct
+finish() {
+  "$CT" --root "$R" umount bench >/dev/null 2>&1 || true
+  "$CT" --root "$R" destroy bench >/dev/null 2>&1 || true
+  rm -rf "$TMP"
+}
+trap finish EXIT
+
+ms_per() { python3 -c "import sys; print('%.2f' % ((float(sys.argv[2]) - float(sys.argv[1])) * 1000 / float(sys.argv[3])))" "$@"; }
+now() { date +%s.%N; }
+
+"$CT" --root "$R" create bench --size 256M >/dev/null
+"$CT" --root "$R" mount bench
+# The same tree for the peers, as a plain directory (the ploop mount is the container's own).
+mkdir -p "$TMP/bundle/rootfs"
+cp -a "$R/bench/rootfs/." "$TMP/bundle/rootfs/"
+(cd "$TMP/bundle" && runc spec)
+python3 - "$TMP/bundle/config.json" <<'PY'
+import json, sys
+p = sys.argv[1]; c = json.load(open(p))
+c["process"]["terminal"] = False
+c["process"]["args"] = ["/bin/true"]
+c["root"]["readonly"] = False
+ns = {n["type"] for n in c["linux"]["namespaces"]}
+for t in ("pid", "network", "ipc", "uts", "mount", "cgroup"):
+    if t not in ns:
+        c["linux"]["namespaces"].append({"type": t})
+# Same limits as ploop-container's run below: 256M RAM, no swap, 1024 tasks.
+c["linux"]["resources"] = {"memory": {"limit": 256 << 20, "swap": 256 << 20}, "pids": {"limit": 1024},
+                           "devices": c["linux"]["resources"].get("devices", [])}
+json.dump(c, open(p, "w"), indent=1)
+PY
+
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+# Warm-up (page cache, first cgroup/netns creations), not timed.
+for i in 1 2 3; do
+  "$CT" --root "$R" run bench --memory 256M --swap 0 -- /bin/true
+  runc --root "$TMP/runc" run -b "$TMP/bundle" warm$i >/dev/null
+  bwrap --unshare-all --bind "$TMP/bundle/rootfs" / --proc /proc --dev /dev /bin/true
+done
+
+# Interleaved, one start of each per round: the host's load (other jobs on
+# the same cores) then weighs on all three alike. Medians resist outliers.
+: >"$TMP/ours.ms"; : >"$TMP/runc.ms"; : >"$TMP/bwrap.ms"
+elapsed() { local a=$1; echo $(( ($(date +%s%N) - a) / 1000 )) ; }  # microseconds
+for i in $(seq "$N"); do
+  a=$(date +%s%N)
+  PLOOP_CONTAINER_TIMING=1 "$CT" --root "$R" run bench --memory 256M --swap 0 -- /bin/true 2>>"$TMP/timing"
+  elapsed "$a" >>"$TMP/ours.ms"
+  a=$(date +%s%N)
+  runc --root "$TMP/runc" run -b "$TMP/bundle" b$i >/dev/null
+  elapsed "$a" >>"$TMP/runc.ms"
+  a=$(date +%s%N)
+  bwrap --unshare-pid --unshare-net --unshare-ipc --unshare-uts --unshare-cgroup \
+    --bind "$TMP/bundle/rootfs" / --proc /proc --dev /dev --hostname bench /bin/true
+  elapsed "$a" >>"$TMP/bwrap.ms"
+done
+stat() {  # mean and median in ms of a file of microseconds
+  python3 -c "import statistics,sys; v=[int(x)/1000 for x in open(sys.argv[1])]; print('%.2f %.2f' % (statistics.mean(v), statistics.median(v)))" "$1"
+}
+read -r ours ours_med < <(stat "$TMP/ours.ms")
+read -r runc_ms runc_med < <(stat "$TMP/runc.ms")
+read -r bwrap_ms bwrap_med < <(stat "$TMP/bwrap.ms")
+
+# The disk attach on its own: attach+mount and umount+detach of the ploop
+# disk (FUSE daemon + loop + ext4), and a full run that includes them.
+"$CT" --root "$R" umount bench
+M=10
+t4=$(now)
+for i in $(seq $M); do "$CT" --root "$R" mount bench; "$CT" --root "$R" umount bench; done
+t5=$(now)
+for i in $(seq $M); do "$CT" --root "$R" run bench --memory 256M --swap 0 -- /bin/true; done
+t6=$(now)
+attach_ms=$(ms_per "$t4" "$t5" $M)
+full_ms=$(ms_per "$t5" "$t6" $M)
+
+phases=$(python3 - "$TMP/timing" <<'PY'
+import re, statistics, sys
+d = {}
+for l in open(sys.argv[1]):
+    for k, v in re.findall(r"(\w+)=([\d.]+)ms", l):
+        d.setdefault(k, []).append(float(v))
+print("  ".join("%s %.2f" % (k, statistics.median(v)) for k, v in d.items() if k not in ("attach", "detach")))
+PY
+)
+ratio() { python3 -c "print('%.2fx' % ($1 / $2))"; }
+echo "load average before: $load"
+printf '%-40s %9s %9s %8s\n' "start of /bin/true (N=$N, interleaved)" "mean ms" "median" "vs runc"
+printf '%-40s %9s %9s %8s\n' "ploop-container run (disk attached)" "$ours" "$ours_med" "$(ratio "$ours_med" "$runc_med")"
+printf '%-40s %9s %9s %8s\n' "runc run" "$runc_ms" "$runc_med" "1.00x"
+printf '%-40s %9s %9s %8s\n' "bwrap (no cgroups, no limits)" "$bwrap_ms" "$bwrap_med" "$(ratio "$bwrap_med" "$runc_med")"
+echo "ploop-container phases, median ms (inside the process): $phases"
+printf '%-44s %10s\n' "ploop disk attach+detach (mount+umount)" "$attach_ms"
+printf '%-44s %10s\n' "ploop-container run incl. attach+detach" "$full_ms"
+python3 -c "r = $ours_med / $runc_med; print('target <= 0.50x runc (medians): %s (%.2fx)' % ('met' if r <= 0.5 else 'NOT met', r))"
