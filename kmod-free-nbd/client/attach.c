@@ -651,8 +651,12 @@ static int teardown(struct ploop_attach_info *i, const struct paths *p)
     rmdir(i->fuse_dir);
   }
   unlink(p->pid_file);
+  /* A daemon killed by a signal leaves its NBD socket behind. */
+  if (i->nbd_socket[0])
+    unlink(i->nbd_socket);
   /* The log of a daemon that died is kept for the post-mortem. */
-  if (!i->daemon_alive) {
+  struct stat log_st;
+  if (!i->daemon_alive && stat(p->log, &log_st) == 0 && log_st.st_size > 0) {
     char dead[PATH_MAX + 8];
     snprintf(dead, sizeof(dead), "%s.dead", p->log);
     rename(p->log, dead);

@@ -19,6 +19,8 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <stdint.h>
 #include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +45,7 @@ struct ploop_fuse_export {
   bool readonly;
   _Atomic uint64_t size;
   dev_t dev;  /* of the mounted root: its minor names /sys/fs/fuse/connections/N */
+  int root_fd; /* O_PATH on the mounted root: reaches the connection after a detach */
   pthread_t thread;
   bool thread_started;
   _Atomic bool loop_done;
@@ -470,6 +473,7 @@ struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const
   struct stat st;
   if (stat(mountpoint, &st) == 0)
     fx->dev = st.st_dev;
+  fx->root_fd = open(mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
   return fx;
 }
 
@@ -515,22 +519,53 @@ static void abort_connection(struct ploop_fuse_export *fx)
   }
 }
 
+/* A STATFS to our own filesystem wakes one worker blocked reading
+ * /dev/fuse; once it has answered it sees the session exited and the loop
+ * winds down.  On its own thread: it may block until the fd is closed. */
+static void *poke_thread(void *arg)
+{
+  int fd = (int)(intptr_t)arg;
+  struct statfs sf;
+  (void)fstatfs(fd, &sf);
+  close(fd);
+  return NULL;
+}
+
 void ploop_fuse_export_stop(struct ploop_fuse_export *fx)
 {
   if (!fx)
     return;
+  bool joined = !fx->thread_started;
   if (fx->thread_started) {
     fuse_session_exit(fx->se);
-    /* Detaching the mount destroys the connection once the last user is
-     * gone, which wakes the workers blocked reading /dev/fuse. */
+    /* New users stop finding the file; the loop device above (if still
+     * bound) keeps the connection, and we still reach it by root_fd. */
     umount2(fx->mountpoint, MNT_DETACH);
-    if (!wait_loop_done(fx, 5)) {
+    for (int attempt = 0; attempt < 3 && !atomic_load(&fx->loop_done); attempt++) {
+      int fd = fx->root_fd >= 0 ? fcntl(fx->root_fd, F_DUPFD_CLOEXEC, 0) : -1;
+      pthread_t t;
+      if (fd >= 0 && pthread_create(&t, NULL, poke_thread, (void *)(intptr_t)fd) == 0)
+        pthread_detach(t);
+      else if (fd >= 0)
+        close(fd);
+      if (wait_loop_done(fx, 5))
+        break;
       abort_connection(fx);
-      wait_loop_done(fx, 30);
     }
-    pthread_join(fx->thread, NULL);
+    if (atomic_load(&fx->loop_done)) {
+      pthread_join(fx->thread, NULL);
+      joined = true;
+    } else {
+      pthread_detach(fx->thread); /* stuck in the kernel: the process exit ends it */
+    }
   }
+  if (fx->root_fd >= 0)
+    close(fx->root_fd);
+  /* Closes the device fd: requests still queued fail (the loop device, if
+   * any is left, gets I/O errors) and the mount goes away. */
   fuse_session_unmount(fx->se);
-  fuse_session_destroy(fx->se);
-  export_free(fx);
+  if (joined) {
+    fuse_session_destroy(fx->se);
+    export_free(fx);
+  }
 }
