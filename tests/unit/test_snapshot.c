@@ -1,5 +1,7 @@
 /* Unit tests for snapshots and resize: a snapshot's view never changes, and
  * delete/merge/switch/resize keep every byte that should survive. */
+#include <pthread.h>
+
 #include "helpers.h"
 
 #define CL 32768u
@@ -524,4 +526,141 @@ Test(snapshot, stack_depth_is_limited)
   cr_assert_eq(ploop_disk_depth(disk), PLOOP_MAX_DELTAS);
   put(disk, 1, 0, 512);
   OK(ploop_disk_close(disk));
+}
+
+/* ---- snapshots under concurrent writers ---- */
+
+#define NWRITERS 4
+#define NCLUSTERS 32
+
+struct cwriter {
+  struct ploop_disk *disk;
+  int id;
+  volatile int *stop;
+  int failed;
+  uint64_t *done; /* last version written per cluster (each cluster has one writer) */
+};
+
+/* Cluster C at version V: the version in the first 8 bytes, then a pattern
+ * of (V, C), so a torn or stale cluster never passes as a complete one. */
+static void version_fill(uint8_t *b, uint64_t v, uint32_t c)
+{
+  memcpy(b, &v, 8);
+  fill_pattern(b + 8, CL - 8, (uint32_t)(v * 131 + c), (uint64_t)c * CL + 8);
+}
+
+static void *cwriter_run(void *arg)
+{
+  struct cwriter *w = arg;
+  uint8_t *b = malloc(CL);
+  for (uint64_t v = 1; !*w->stop; v++)
+    for (uint32_t c = w->id; c < NCLUSTERS; c += NWRITERS) {
+      version_fill(b, v, c);
+      if (ploop_disk_pwrite(w->disk, b, CL, (uint64_t)c * CL, 0) < 0) {
+        w->failed = 1;
+        free(b);
+        return NULL;
+      }
+      w->done[c] = v;
+    }
+  free(b);
+  return NULL;
+}
+
+/* Version of each cluster in a view (0 = never written); fails on a torn one. */
+static void view_versions(const char *guid, uint64_t *ver)
+{
+  struct ploop_disk *d = NOTNULL(ploop_disk_open(test_dir, guid, PLOOP_OPEN_RDONLY));
+  uint8_t *b = malloc(CL), *want = malloc(CL);
+  for (uint32_t c = 0; c < NCLUSTERS; c++) {
+    OK(ploop_disk_pread(d, b, CL, (uint64_t)c * CL));
+    memcpy(&ver[c], b, 8);
+    if (ver[c] == 0) {
+      cr_assert_eq(first_nonzero(b, CL), -1, "%s cluster %u: partly written", guid, c);
+      continue;
+    }
+    version_fill(want, ver[c], c);
+    cr_assert(memcmp(b, want, CL) == 0, "%s cluster %u: not one complete write (version %llu)",
+              guid ? guid : "top", c, (unsigned long long)ver[c]);
+  }
+  free(b);
+  free(want);
+  OK(ploop_disk_close(d));
+}
+
+Test(snapshot, online_snapshots_under_concurrent_writers_are_consistent)
+{
+  static uint64_t done[NCLUSTERS];
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  volatile int stop = 0;
+  pthread_t t[NWRITERS];
+  struct cwriter w[NWRITERS];
+  for (int i = 0; i < NWRITERS; i++) {
+    w[i] = (struct cwriter){disk, i, &stop, 0, done};
+    cr_assert_eq(pthread_create(&t[i], NULL, cwriter_run, &w[i]), 0);
+  }
+  enum { NSNAP = 5 };
+  char snaps[NSNAP][PLOOP_UUID_LEN + 1];
+  for (int k = 0; k < NSNAP; k++) {
+    usleep(20000);
+    OK(ploop_disk_snapshot(disk, NULL, snaps[k]));
+  }
+  usleep(20000);
+  stop = 1;
+  for (int i = 0; i < NWRITERS; i++) {
+    pthread_join(t[i], NULL);
+    cr_assert_eq(w[i].failed, 0, "writer %d failed: %s", i, ploop_get_error());
+  }
+  OK(ploop_disk_close(disk));
+  /* Every view holds whole writes only, and versions only move forward. */
+  uint64_t prev[NCLUSTERS] = {0}, cur[NCLUSTERS];
+  for (int k = 0; k <= NSNAP; k++) {
+    view_versions(k < NSNAP ? snaps[k] : NULL, cur);
+    for (uint32_t c = 0; c < NCLUSTERS; c++)
+      cr_assert_geq(cur[c], prev[c], "cluster %u went back from version %llu to %llu", c,
+                    (unsigned long long)prev[c], (unsigned long long)cur[c]);
+    memcpy(prev, cur, sizeof prev);
+  }
+  for (uint32_t c = 0; c < NCLUSTERS; c++)
+    cr_assert_eq(cur[c], done[c], "top: cluster %u holds version %llu, last written %llu", c,
+                 (unsigned long long)cur[c], (unsigned long long)done[c]);
+  assert_all_deltas_clean();
+}
+
+Test(snapshot, online_merge_under_concurrent_writers)
+{
+  static uint64_t done[NCLUSTERS];
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  volatile int stop = 0;
+  pthread_t t[NWRITERS];
+  struct cwriter w[NWRITERS];
+  for (int i = 0; i < NWRITERS; i++) {
+    w[i] = (struct cwriter){disk, i, &stop, 0, done};
+    cr_assert_eq(pthread_create(&t[i], NULL, cwriter_run, &w[i]), 0);
+  }
+  char g[PLOOP_UUID_LEN + 1];
+  for (int k = 0; k < 3; k++) {
+    usleep(10000);
+    OK(ploop_disk_snapshot(disk, NULL, g));
+  }
+  usleep(10000);
+  OK(ploop_disk_merge(disk, NULL, true, NULL, NULL));
+  cr_assert_eq(ploop_disk_depth(disk), 1);
+  usleep(10000);
+  stop = 1;
+  for (int i = 0; i < NWRITERS; i++) {
+    pthread_join(t[i], NULL);
+    cr_assert_eq(w[i].failed, 0, "writer %d failed: %s", i, ploop_get_error());
+  }
+  /* The last version each writer completed is what the disk holds. */
+  OK(ploop_disk_close(disk));
+  uint64_t v[NCLUSTERS];
+  view_versions(NULL, v);
+  for (uint32_t c = 0; c < NCLUSTERS; c++)
+    cr_assert_eq(v[c], done[c], "cluster %u holds version %llu, last written %llu", c,
+                 (unsigned long long)v[c], (unsigned long long)done[c]);
+  cr_assert_eq(n_images(), 1);
+  assert_all_deltas_clean();
 }
