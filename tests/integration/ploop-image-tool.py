@@ -9,7 +9,7 @@ import struct
 import sys
 
 MiB = 1 << 20
-HEADER = struct.Struct("<16s6IQ3IQ")  # sig, type, heads, cyl, sectors, size, size_sectors(u64)...
+HEADER = struct.Struct("<16s5IQ3IQ")  # the 64-byte header, field by field (FIELDS)
 FIELDS = ("signature", "type", "heads", "cylinders", "cluster_sectors", "bat_entries",
           "size_sectors", "in_use", "first_block", "flags", "ext_offset")
 

@@ -83,10 +83,18 @@ $PLOOP convert -v 2 "$D"
 export_cmp "$TMP/m.raw" "v2 disk after the round trip"
 $PLOOP check -f "$D" >/dev/null || fail "check after the round trip"
 
-# v1 cannot hold other than 1 MiB clusters... a 64K-cluster disk is refused, unchanged.
+# v1 BAT entries count sectors, so other cluster sizes convert too (qemu reads them).
 $PLOOP import -b 128 "$TMP/m.raw" "$TMP/d64" >/dev/null
+$PLOOP convert -v 1 "$TMP/d64"
+qemu-img compare -f parallels -F raw "$TMP/d64/root.hds" "$TMP/m.raw" || fail "qemu compare v1 64K"
+$PLOOP convert -v 2 "$TMP/d64"
+qemu-img compare -f parallels -F raw "$TMP/d64/root.hds" "$TMP/m.raw" || fail "qemu compare v2 64K"
+
+# A v1 image cannot map 2 TiB or more (its BAT entries are 32-bit sector numbers).
+$PLOOP resize -s 3T "$TMP/d64"
 before=$(sum "$TMP/d64/root.hds")
-expect_fail $PLOOP convert -v 1 "$TMP/d64" >/dev/null
+expect_fail $PLOOP convert -v 1 "$TMP/d64" | grep -qiE 'TiB|too (big|large)|exceed|limit' ||
+  fail "convert -v 1 of a 3 TiB disk: wrong message"
 [[ $(sum "$TMP/d64/root.hds") == "$before" ]] || fail "refused convert changed the image"
 
 # --- convert ploop1 -> raw -> ploop1
