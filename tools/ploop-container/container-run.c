@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -265,6 +266,9 @@ int container_exec(const char *name, char *const *argv)
   }
   if (rc < 0)
     return -1;
+  /* Host root is unmapped in the container's user namespace: become its root. */
+  if (st.userns && (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0))
+    return ct_fail(errno, "become root in the user namespace of %s", name);
   sigset_t fwd;
   monitor_signals(&fwd);
   sigprocmask(SIG_BLOCK, &fwd, NULL);

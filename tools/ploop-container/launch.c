@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -80,9 +81,8 @@ static int loopback_up(void)
   return 0;
 }
 
-static int send_fd(int sock, int fd)
+static int send_fd(int sock, char tag, int fd)
 {
-  char tag = 'P';
   struct iovec iov = {&tag, 1};
   union {
     struct cmsghdr h;
@@ -97,7 +97,7 @@ static int send_fd(int sock, int fd)
   c->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(c), &fd, sizeof fd);
   if (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0)
-    return ct_fail(errno, "send pty to the monitor");
+    return ct_fail(errno, "send to the %s", tag == 'P' ? "monitor" : "container");
   return 0;
 }
 
@@ -120,7 +120,7 @@ static int setup_console(int sock)
     close(slave);
   if (ioctl(0, TIOCSCTTY, 0) < 0)
     return ct_fail(errno, "set controlling terminal");
-  return send_fd(sock, master);
+  return send_fd(sock, 'P', master);
 }
 
 static void child_fail_tag(int sock, char tag)
@@ -135,10 +135,28 @@ static void child_fail_tag(int sock, char tag)
 
 static void child_fail(int sock) { child_fail_tag(sock, 'E'); }
 
+/* The parent's "go"; with FD, also the id-mapped rootfs it mounted for us. */
+static int recv_go(int sock, int *fd)
+{
+  char tag;
+  struct iovec iov = {&tag, 1};
+  union {
+    struct cmsghdr h;
+    char c[CMSG_SPACE(sizeof(int))];
+  } u;
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
+                       .msg_controllen = sizeof u.c};
+  if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != 1 || tag != 'g')
+    return -1;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  if (fd && c && c->cmsg_type == SCM_RIGHTS)
+    memcpy(fd, CMSG_DATA(c), sizeof(int));
+  return 0;
+}
+
 static void child_main(const struct ct_launch *l, int sock)
 {
-  char go;
-  if (read(sock, &go, 1) != 1)
+  if (recv_go(sock, NULL) < 0)
     _exit(127);  /* parent gave up */
   if (l->userns && (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)) {
     ct_fail(errno, "become root in the user namespace");
@@ -153,7 +171,17 @@ static void child_main(const struct ct_launch *l, int sock)
     ct_fail(errno, "setsid");
     child_fail(sock);
   }
-  if (rootfs_enter(l->rootfs, l->userns, l->net == CT_NET_NONE) < 0)
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+    ct_fail(errno, "make / private");
+    child_fail(sock);
+  }
+  /* With a user namespace the parent puts an id-mapped rootfs on top of
+   * ours (it needs host privileges for that); our mounts are private now,
+   * so it cannot leak to the host. */
+  int rootfd = -1;
+  if (l->userns && (write(sock, "R", 1) != 1 || recv_go(sock, &rootfd) < 0 || rootfd < 0))
+    _exit(127);
+  if (rootfs_enter(l->rootfs, rootfd, l->userns, l->net == CT_NET_NONE) < 0)
     child_fail(sock);
   if (sethostname(l->hostname, strlen(l->hostname)) < 0) {
     ct_fail(errno, "sethostname %s", l->hostname);
@@ -184,6 +212,40 @@ static void child_main(const struct ct_launch *l, int sock)
   child_fail_tag(sock, 'X');
 }
 
+/* Mounts, inside the child's (already private) mount namespace, a copy of
+ * the rootfs that shows host uid/gid N as container N: files stay owned by 0
+ * on disk yet belong to the container's root. Needs host privileges over
+ * the filesystem, so the parent does it. */
+static int mount_idmapped_rootfs(const char *rootfs, pid_t pid, int sock)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+  cleanup_close int userns = open(path, O_RDONLY | O_CLOEXEC);
+  snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)pid);
+  cleanup_close int theirs = open(path, O_RDONLY | O_CLOEXEC);
+  cleanup_close int ours = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  if (userns < 0 || theirs < 0 || ours < 0)
+    return ct_fail(errno, "open namespaces of %d", (int)pid);
+  cleanup_close int fd = open_tree(AT_FDCWD, rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (fd < 0)
+    return ct_fail(errno, "clone the mount of %s", rootfs);
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)userns};
+  if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
+    return ct_fail(errno, "id-map the mount of %s", rootfs);
+  if (setns(theirs, CLONE_NEWNS) < 0)
+    return ct_fail(errno, "enter the container's mount namespace");
+  int rc = move_mount(fd, "", AT_FDCWD, rootfs, MOVE_MOUNT_F_EMPTY_PATH);
+  int saved = errno;
+  if (setns(ours, CLONE_NEWNS) < 0)
+    abort();  /* stuck in the container's namespace: nothing safe to do */
+  if (rc < 0)
+    return ct_fail(saved, "attach the id-mapped rootfs");
+  /* The tree's fd now names the attached mount's root: the child cannot walk
+   * the host path to it (our state dirs are 0700 to host root), so it gets
+   * the directory itself. */
+  return send_fd(sock, 'g', fd);
+}
+
 static int write_id_maps(pid_t pid)
 {
   char path[64], map[64];
@@ -196,7 +258,7 @@ static int write_id_maps(pid_t pid)
 }
 
 /* Reads the child's messages until exec closes the socket. */
-static int wait_child_ready(int sock, struct ct_process *p)
+static int wait_child_ready(int sock, const struct ct_launch *l, struct ct_process *p)
 {
   for (;;) {
     char buf[1200];
@@ -215,6 +277,11 @@ static int wait_child_ready(int sock, struct ct_process *p)
     if (n == 0)
       return 0;  /* exec happened */
     buf[n] = 0;
+    if (buf[0] == 'R') {
+      if (mount_idmapped_rootfs(l->rootfs, p->pid, sock) < 0)
+        return -1;
+      continue;
+    }
     if (buf[0] == 'E' || buf[0] == 'X') {
       p->exec_failed = buf[0] == 'X';
       return ct_fail(0, "%s", buf + 1);
@@ -259,7 +326,7 @@ int ct_launch(const struct ct_launch *l, struct ct_process *p)
     ct_fail(errno, "start the container");
     goto fail;
   }
-  if (wait_child_ready(sock, p) < 0)
+  if (wait_child_ready(sock, l, p) < 0)
     goto fail;
   return 0;
 fail:

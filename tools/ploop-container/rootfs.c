@@ -117,15 +117,19 @@ static int pivot(void)
   return 0;
 }
 
-int rootfs_enter(const char *rootfs, bool userns, bool own_netns)
+int rootfs_enter(const char *rootfs, int rootfd, bool userns, bool own_netns)
 {
-  /* Nothing we mount may propagate back to the host. */
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-    return ct_fail(errno, "make / private");
-  if (mount(rootfs, rootfs, NULL, MS_BIND | MS_REC, NULL) < 0)
-    return ct_fail(errno, "bind %s", rootfs);
-  if (chdir(rootfs) < 0)
-    return ct_fail(errno, "chdir %s", rootfs);
+  if (rootfd >= 0) {
+    if (fchdir(rootfd) < 0)
+      return ct_fail(errno, "enter the id-mapped rootfs");
+    close(rootfd);
+  } else {
+    /* pivot_root needs the new root to be a mount point of its own. */
+    if (mount(rootfs, rootfs, NULL, MS_BIND | MS_REC, NULL) < 0)
+      return ct_fail(errno, "bind %s", rootfs);
+    if (chdir(rootfs) < 0)
+      return ct_fail(errno, "chdir %s", rootfs);
+  }
   if (ensure_dir("proc", 0555) < 0 || ensure_dir("sys", 0555) < 0 || ensure_dir("dev", 0755) < 0 ||
       ensure_dir("tmp", 01777) < 0)
     return -1;

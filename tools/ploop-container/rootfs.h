@@ -6,8 +6,10 @@
 
 #include <stdbool.h>
 
-/* USERNS: devices are bind-mounted (mknod is not allowed there).
+/* Call with "/" already private. ROOTFD >= 0: the root of an id-mapped
+ * mount already on ROOTFS (userns), entered by fd; else ROOTFS is bound on
+ * itself. USERNS: devices are bind-mounted (mknod is not allowed there).
  * OWN_NETNS: sysfs can be mounted fresh (else the host's is bound). */
-int rootfs_enter(const char *rootfs, bool userns, bool own_netns);
+int rootfs_enter(const char *rootfs, int rootfd, bool userns, bool own_netns);
 
 #endif
