@@ -35,7 +35,7 @@ BINS   := $(BUILD)/bin/ploop $(if $(NBD_SRC),$(BUILD)/bin/ploop-nbd) $(if $(CT_S
 UNIT   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 .SECONDARY:
-.PHONY: all check unit unit-asan integration demo bench install deps clean format
+.PHONY: all check unit unit-asan protocol-asan integration demo bench install deps clean format
 all: $(LIB_A) $(LIB_SO) $(BINS) $(BUILD)/lib/libploop.pc
 
 # Quiet by default; `make V=1` shows the commands.
@@ -99,8 +99,16 @@ deps:
 unit: $(UNIT)
 	@set -e; for t in $(UNIT); do echo "== $$t"; $$t --jobs 2; done
 
+ASAN_VARS := BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
+
 unit-asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" unit
+	$(MAKE) $(ASAN_VARS) unit
+
+# The NBD protocol tests (real clients, the hostile-client fuzzer) against a
+# sanitized server: any overflow or UB a client can trigger fails the run.
+protocol-asan:
+	$(MAKE) $(ASAN_VARS) all
+	PLOOP_BUILD=build-asan ASAN_OPTIONS=detect_leaks=0 tests/integration/run.sh nbd-
 
 integration: all $(BUILD)/tests/crash-writer
 	tests/integration/run.sh
@@ -110,6 +118,7 @@ check: deps
 	$(MAKE) unit
 	$(MAKE) unit-asan
 	$(MAKE) integration
+	$(MAKE) protocol-asan
 
 demo: deps
 	$(MAKE) all
