@@ -19,11 +19,17 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <sys/vfs.h>
 #include <stdint.h>
 #include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Open reply flags of the kernel ABI (linux/fuse.h). */
+#define FOPEN_DIRECT_IO (1u << 0)
+#define FOPEN_NOFLUSH (1u << 5)
+#define FOPEN_PARALLEL_DIRECT_WRITES (1u << 6)
 
 #define ROOT_INO FUSE_ROOT_ID
 #define FILE_INO 2
@@ -178,11 +184,18 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     return;
   }
   /* The loop device above has its own cache (the filesystem's page cache);
-   * caching here too would hold every block twice. */
-  fi->direct_io = 1;
-  fi->keep_cache = 0;
-  fi->noflush = 1;
-  fuse_reply_open(req, fi);
+   * caching here too would hold every block twice.  libfuse 3.14 cannot say
+   * "parallel direct writes" (without it the kernel takes the inode lock
+   * exclusively for each write), so the reply is built by hand: it is the
+   * kernel's struct fuse_open_out. */
+  struct {
+    uint64_t fh;
+    uint32_t open_flags;
+    uint32_t padding;
+  } out = {.fh = 0, .open_flags = FOPEN_DIRECT_IO | FOPEN_NOFLUSH | FOPEN_PARALLEL_DIRECT_WRITES};
+  _Static_assert(sizeof(out) == 16, "struct fuse_open_out is 16 bytes");
+  struct iovec iov = {.iov_base = &out, .iov_len = sizeof(out)};
+  fuse_reply_iov(req, &iov, 1);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
