@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "control.h"
+#include "online.h"
 
 struct info_image {
   const char *guid;
@@ -24,7 +26,17 @@ struct info {
   uint64_t allocated_clusters, file_bytes, disk_bytes;
   bool in_use;
   struct info_image *images;
+  int online;                 /* enum cli_online */
+  char server_json[8192];     /* the daemon's INFO answer, one JSON object */
+  struct ploop_attach_info att;
 };
+
+/* The daemon's pid from its INFO JSON ("pid":N), 0 if absent. */
+static long server_pid(const char *json)
+{
+  const char *p = strstr(json, "\"pid\":");
+  return p ? strtol(p + 6, NULL, 10) : 0;
+}
 
 /* Fills DI for one image; raw (Plain) images have no header, only a size. */
 static int image_info(const char *path, bool plain, struct ploop_delta_info *di)
@@ -66,6 +78,17 @@ static void print_text(const struct info *in)
   printf("%-18s %s on disk, %s apparent\n", "space used:",
          cli_human_bytes(in->disk_bytes, a, sizeof a), cli_human_bytes(in->file_bytes, b, sizeof b));
   printf("%-18s %s\n", "in use:", in->in_use ? "yes" : "no");
+  if (in->is_disk) {
+    if (in->online == CLI_OFFLINE)
+      printf("%-18s no\n", "served:");
+    else
+      printf("%-18s yes, ploop-nbd pid %ld\n", "served:", server_pid(in->server_json));
+    if (in->online == CLI_ATTACHED) {
+      printf("%-18s %s (%s)\n", "device:", in->att.device, in->att.readonly ? "ro" : "rw");
+      if (in->att.mount_point[0])
+        printf("%-18s %s (%s)\n", "mounted on:", in->att.mount_point, in->att.fstype);
+    }
+  }
   if (in->is_disk && in->n_images > 1) {
     printf("images (base first):\n");
     for (size_t i = 0; i < in->n_images; i++) {
@@ -91,6 +114,15 @@ static void print_json(const struct info *in)
   printf("  \"file_bytes\": %" PRIu64 ",\n", in->file_bytes);
   printf("  \"in_use\": %s", in->in_use ? "true" : "false");
   if (in->is_disk) {
+    printf(",\n  \"served\": %s", in->online != CLI_OFFLINE ? "true" : "false");
+    if (in->online != CLI_OFFLINE && in->server_json[0])
+      printf(",\n  \"server\": %s", in->server_json);
+    if (in->online == CLI_ATTACHED) {
+      printf(",\n  \"device\": ");
+      cli_json_string(stdout, in->att.device);
+      printf(",\n  \"mount_point\": ");
+      cli_json_string(stdout, in->att.mount_point);
+    }
     printf(",\n  \"images\": [");
     for (size_t i = 0; i < in->n_images; i++) {
       const struct info_image *im = &in->images[i];
@@ -214,6 +246,16 @@ static int run_info(int argc, char **argv)
       rc = cli_lib_error(NULL);
     else
       rc = info_disk(d, &in);
+    if (rc == 0) {
+      in.online = cli_online_state(path, &in.att);
+      if (in.online < 0)
+        rc = -in.online;
+      else if (in.online != CLI_OFFLINE &&
+               ploop_ctl_info(path, in.server_json, sizeof in.server_json) < 0)
+        rc = cli_ctl_error();
+      /* The answer is one line; keep it so in the JSON we print. */
+      in.server_json[strcspn(in.server_json, "\n")] = 0;
+    }
   }
   if (rc == 0) {
     if (json)
@@ -230,6 +272,6 @@ const struct cli_verb verb_info = {
     .name = "info",
     .run = run_info,
     .synopsis = "info [--json] DISK|DELTA",
-    .summary = "show virtual size, cluster size, format version, deltas and space used",
+    .summary = "show sizes, format, deltas, space used, and whether it is served/mounted",
     .details = "  --json    print one JSON object (sizes in bytes)\n",
 };

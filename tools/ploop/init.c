@@ -1,7 +1,10 @@
 /* `ploop init`: creates a new disk (one empty delta + DiskDescriptor.xml). */
+#include <libgen.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "attach.h"
 #include "common.h"
 
 static int run_init(int argc, char **argv)
@@ -57,12 +60,10 @@ static int run_init(int argc, char **argv)
   }
   if (!have_size)
     return cli_usage_error("-s SIZE is required");
-  if (strcmp(fstype, "none") != 0) {
-    if (strcmp(fstype, "ext4") == 0 || strcmp(fstype, "xfs") == 0 || strcmp(fstype, "ext3") == 0)
-      return cli_usage_error("-t %s: making a file system is not supported in this build; use -t none",
-                             fstype);
-    return cli_usage_error("-t: unknown file system '%s' (none, ext4 or xfs)", fstype);
-  }
+  bool make_fs = strcmp(fstype, "none") != 0;
+  if (make_fs && strcmp(fstype, "ext4") != 0 && strcmp(fstype, "ext3") != 0 &&
+      strcmp(fstype, "xfs") != 0)
+    return cli_usage_error("-t: unknown file system '%s' (none, ext4, ext3 or xfs)", fstype);
   if (!cli_positional(argc, argv, 1, "DELTA (e.g. DIR/root.hds)"))
     return EXIT_USAGE;
 
@@ -77,18 +78,35 @@ static int run_init(int argc, char **argv)
 
   if (ploop_disk_create(path, &p) < 0)
     return cli_lib_error(NULL);
-  return EXIT_OK;
+  if (!make_fs)
+    return EXIT_OK;
+
+  /* The filesystem is made through a local attach (ploop-nbd + FUSE + loop);
+   * if that fails the new disk is removed again: init makes all or nothing. */
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  dirname(dir);
+  if (ploop_attach_format(dir, fstype) == 0)
+    return EXIT_OK;
+  int rc = cli_lib_error(NULL);
+  char xml[4096 + 32];
+  snprintf(xml, sizeof xml, "%s/%s", dir, PLOOP_DESCRIPTOR_NAME);
+  unlink(path);
+  unlink(xml);
+  return rc;
 }
 
 const struct cli_verb verb_init = {
     .name = "init",
     .run = run_init,
-    .synopsis = "init -s SIZE [-b CLUSTER_SECTORS] [-v 1|2] [-t none] [-f ploop1] DELTA",
+    .synopsis = "init -s SIZE [-b CLUSTER_SECTORS] [-v 1|2] [-t none|ext4|ext3|xfs] [-f ploop1] DELTA",
     .summary = "create a new empty disk: DELTA (or DIR/root.hds) and DiskDescriptor.xml",
     .details = "  -s, --size SIZE           virtual size; bytes or with a K, M, G, T suffix\n"
                "  -b, --blocksize SECTORS   cluster size in 512-byte sectors, a power of two\n"
                "                            from 64 (32 KiB) to 131072 (64 MiB); default 2048\n"
                "  -v, --format-version 1|2  image format version; default 2\n"
-               "  -t, --fstype none         file system inside the disk (only none for now)\n"
+               "  -t, --fstype TYPE         file system to make inside: none (the default, a\n"
+               "                            bare disk), ext4, ext3 or xfs (needs root: made\n"
+               "                            through a local attach, like ploop mount)\n"
                "  -f, --format ploop1       image format (ploop1, also called expanded)\n",
 };

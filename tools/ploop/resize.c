@@ -1,7 +1,51 @@
-/* `ploop resize`: offline grow or shrink of a disk's virtual size. */
+/* `ploop resize`: grow or shrink a disk's virtual size: offline, or online
+ * through the serving daemon (and the mounted filesystem when attached). */
 #include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
+#include "control.h"
+#include "online.h"
+
+/* Whether the disk starts with a filesystem we can resize (ext2/3/4 magic
+ * 0xEF53 at byte 1080, XFS "XFSB" at 0): then offline resize goes through a
+ * device-only attach so the filesystem follows the disk. */
+static int disk_has_fs(const char *disk, bool *has)
+{
+  *has = false;
+  struct ploop_disk *d = ploop_disk_open(disk, NULL, PLOOP_OPEN_RDONLY);
+  if (!d)
+    return cli_lib_error(NULL);
+  void *buf = NULL;
+  int rc = 0;
+  if (posix_memalign(&buf, 4096, 4096) != 0) {
+    rc = cli_error(EXIT_GENERIC, "out of memory");
+  } else if (ploop_disk_size(d) >= 4096 && ploop_disk_pread(d, buf, 4096, 0) < 0) {
+    rc = cli_lib_error(NULL);
+  } else {
+    const unsigned char *b = buf;
+    *has = (b[1080] == 0x53 && b[1081] == 0xEF) || memcmp(b, "XFSB", 4) == 0;
+  }
+  free(buf);
+  ploop_disk_close(d);
+  return rc;
+}
+
+/* Offline resize of a disk holding a filesystem: attach it without mounting,
+ * resize disk and filesystem together (shrink: filesystem first), detach. */
+static int resize_with_fs(const char *disk, uint64_t size)
+{
+  struct ploop_attach_info info;
+  if (ploop_attach_mount(disk, NULL, &info) < 0)
+    return cli_lib_error(NULL);
+  int rc = 0;
+  if (ploop_attach_resize(disk, size) < 0)
+    rc = cli_lib_error(NULL);
+  if (ploop_attach_umount(disk) < 0 && rc == 0)
+    rc = cli_lib_error(NULL);
+  return rc;
+}
 
 static int run_resize(int argc, char **argv)
 {
@@ -37,8 +81,26 @@ static int run_resize(int argc, char **argv)
   if (!cli_positional(argc, argv, 1, "DISK"))
     return EXIT_USAGE;
   const char *disk = argv[optind];
-  if (ploop_resize(disk, size, flags) < 0)
-    return cli_lib_error(NULL);
+  int st = cli_online_state(disk, NULL);
+  if (st < 0)
+    return -st;
+  if (st == CLI_ATTACHED) {
+    /* Attached: the loop device and a mounted filesystem follow the disk. */
+    if (ploop_attach_resize(disk, size) < 0)
+      return cli_lib_error(NULL);
+  } else if (st == CLI_SERVED) {
+    if (ploop_ctl_resize(disk, size) < 0)
+      return cli_ctl_error();
+  } else {
+    bool has_fs = false;
+    int rc = disk_has_fs(disk, &has_fs);
+    if (rc)
+      return rc;
+    if (has_fs && !(flags & PLOOP_RESIZE_FORCE))
+      return resize_with_fs(disk, size);
+    if (ploop_resize(disk, size, flags) < 0)
+      return cli_lib_error(NULL);
+  }
   return EXIT_OK;
 }
 
@@ -46,7 +108,12 @@ const struct cli_verb verb_resize = {
     .name = "resize",
     .run = run_resize,
     .synopsis = "resize -s SIZE [--force] DISK",
-    .summary = "grow or shrink the disk's virtual size (offline)",
+    .summary = "grow or shrink the disk's virtual size",
     .details = "  -s, --size SIZE   the new virtual size (K, M, G, T suffixes)\n"
-               "  -f, --force       shrink even if data lies beyond the new end (it is lost)\n",
+               "  -f, --force       offline: resize the image only, and shrink it even if\n"
+               "                    data lies beyond the new end (that data is lost)\n"
+               "A disk holding an ext2/3/4 or XFS filesystem is resized with it: offline\n"
+               "through a device-only attach (needs root; shrink runs e2fsck + resize2fs\n"
+               "first), online when mounted (grow only).  A bare disk: the image only.\n"
+               "When ploop-nbd serves the disk unmounted, the daemon resizes the image.\n",
 };

@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "common.h"
+#include "control.h"
+#include "online.h"
 
 /* Parses the common "[-u UUID] DISK" shape; REQUIRE_UUID makes -u mandatory. */
 static int parse_uuid_disk(int argc, char **argv, bool require_uuid, char *uuid, bool *have_uuid,
@@ -41,8 +43,20 @@ static int run_snapshot(int argc, char **argv)
   int rc = parse_uuid_disk(argc, argv, false, uuid, &have, &disk);
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
-  if (ploop_snapshot_create(disk, have ? uuid : NULL, out) < 0)
+  struct ploop_attach_info att;
+  int st = cli_online_state(disk, &att);
+  if (st < 0)
+    return -st;
+  /* A mounted disk is frozen around the snapshot so its journal is clean in it. */
+  if (st == CLI_ATTACHED) {
+    if (ploop_attach_snapshot(disk, have ? uuid : NULL, out) < 0)
+      return cli_lib_error(NULL);
+  } else if (st == CLI_SERVED) {
+    if (ploop_ctl_snapshot(disk, have ? uuid : NULL, out) < 0)
+      return cli_ctl_error();
+  } else if (ploop_snapshot_create(disk, have ? uuid : NULL, out) < 0) {
     return cli_lib_error(NULL);
+  }
   printf("%s\n", out);
   return EXIT_OK;
 }
@@ -104,6 +118,14 @@ static int run_snapshot_merge(int argc, char **argv)
   if (!cli_positional(argc, argv, 1, "DISK"))
     return EXIT_USAGE;
   const char *disk = argv[optind];
+  int st = cli_online_state(disk, NULL);
+  if (st < 0)
+    return -st;
+  if (st != CLI_OFFLINE) {
+    if (ploop_ctl_merge(disk, have ? uuid : NULL, all) < 0)
+      return cli_ctl_error();
+    return EXIT_OK;
+  }
   struct cli_progress prog;
   cli_progress_init(&prog, "merge");
   int rc = ploop_snapshot_merge(disk, have ? uuid : NULL, all, cli_progress_cb, &prog);
@@ -265,7 +287,9 @@ const struct cli_verb verb_snapshot = {
     .run = run_snapshot,
     .synopsis = "snapshot [-u UUID] DISK",
     .summary = "take a snapshot (the top becomes read-only); prints the snapshot's UUID",
-    .details = "  -u, --uuid UUID   the new snapshot's UUID (default: a random one)\n",
+    .details = "  -u, --uuid UUID   the new snapshot's UUID (default: a random one)\n"
+               "Online when ploop-nbd serves the disk (a mounted filesystem is frozen\n"
+               "around it), offline otherwise.\n",
 };
 
 const struct cli_verb verb_snapshot_list = {
@@ -297,7 +321,8 @@ const struct cli_verb verb_snapshot_merge = {
     .summary = "merge a snapshot into its parent, or every delta into the base",
     .details = "  -u, --uuid UUID   the snapshot to merge into its parent\n"
                "                    (default: the top's parent)\n"
-               "  -A, --all         merge every delta down into the base image\n",
+               "  -A, --all         merge every delta down into the base image\n"
+               "Online when ploop-nbd serves the disk, offline otherwise.\n",
 };
 
 const struct cli_verb verb_snapshot_switch = {

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Image tool benchmark: `ploop import`/`export` of a 1 GiB raw file (mostly
+# random data, some zero holes) against `qemu-img convert` to and from
+# parallels; `ploop snapshot` on a 1 GiB and a 64 GiB thin disk holding 1 GiB
+# of data; merge of 1 GiB of data (`ploop snapshot-merge -A`) against
+# `qemu-img commit` of the same data in a qcow2 chain.  Every timed run ends
+# with its data durable (sync included) and starts with cold caches.
+#   env: SIZE_MIB (default 1024), REPEAT (snapshot runs, default 5)
+set -euo pipefail
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${PLOOP_BUILD:-$TOP/build}
+case $BUILD in /*) ;; *) BUILD=$TOP/$BUILD ;; esac
+PLOOP=$BUILD/bin/ploop
+SIZE_MIB=${SIZE_MIB:-1024}
+REPEAT=${REPEAT:-5}
+for t in qemu-img python3; do
+  command -v $t >/dev/null || { echo "image bench: $t not installed, skipped"; exit 0; }
+done
+[[ -x $PLOOP ]] || { echo "image bench: build first (make all)"; exit 1; }
+export PLOOP_NO_PROGRESS=1
+
+W=$(mktemp -d /var/tmp/ploop-bench-image.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+
+DROP=yes
+drop_caches() {
+  sync
+  if [[ $DROP == yes ]] && ! { echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then
+    DROP=no
+    echo "(cannot drop caches here: runs are warm-cache)"
+  fi
+}
+now() { date +%s.%N; }
+# timed CMD...: seconds for CMD plus a sync, after dropping caches; stdout of CMD discarded.
+timed() {
+  drop_caches
+  local t0 t1
+  t0=$(now)
+  "$@" >/dev/null
+  sync
+  t1=$(now)
+  awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}'
+}
+ratio() { awk -v o="$1" -v t="$2" 'BEGIN {printf "%.2f", t / o}'; } # > 1: ours is faster
+row() { printf "%-34s %10.3f s %10.3f s %8sx\n" "$1" "$2" "$3" "$(ratio "$2" "$3")"; }
+
+# Raw sources: random data with a zero MiB in every 8, and a second version
+# that differs in every data cluster (for the merge).
+mkraw() {
+  python3 - "$1" "$SIZE_MIB" "$2" <<'EOF'
+import random, sys
+path, mib, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rnd = random.Random(seed)
+with open(path, "wb") as f:
+    for i in range(mib):
+        if i % 8 == 7:
+            f.seek(1 << 20, 1)
+        else:
+            f.write(rnd.randbytes(1 << 20))
+    f.truncate(mib << 20)
+EOF
+}
+echo "preparing ${SIZE_MIB} MiB raw files in $W ..."
+mkraw "$W/a.raw" 1
+mkraw "$W/b.raw" 2
+
+printf "%-34s %12s %12s %9s\n" "operation (${SIZE_MIB} MiB)" "ploop" "qemu-img" "qemu/ours"
+
+# --- import / export
+t_ours=$(timed "$PLOOP" import "$W/a.raw" "$W/disk")
+t_qemu=$(timed qemu-img convert -f raw -O parallels "$W/a.raw" "$W/q.hds")
+row "import raw -> image" "$t_ours" "$t_qemu"
+t_ours=$(timed "$PLOOP" export -o "$W/ours.raw" "$W/disk")
+t_qemu=$(timed qemu-img convert -f parallels -O raw "$W/q.hds" "$W/qemu.raw")
+row "export image -> raw" "$t_ours" "$t_qemu"
+cmp "$W/a.raw" "$W/ours.raw" || echo "WARNING: our export differs from the source"
+cmp "$W/a.raw" "$W/qemu.raw" || echo "WARNING: qemu's export differs from the source"
+rm -f "$W/ours.raw" "$W/qemu.raw" "$W/q.hds"
+
+# --- snapshot: median of REPEAT runs, 1 GiB and 64 GiB thin disks with the same data
+snap_ms() {
+  local d=$1 i times=()
+  for ((i = 0; i < REPEAT; i++)); do
+    drop_caches
+    local t0 t1
+    t0=$(now)
+    "$PLOOP" snapshot "$d" >/dev/null
+    t1=$(now)
+    times+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", (b - a) * 1000}')")
+  done
+  printf '%s\n' "${times[@]}" | sort -g | awk '{a[NR] = $1} END {printf "%.2f", a[int((NR + 1) / 2)]}'
+}
+"$PLOOP" import -s 64G "$W/a.raw" "$W/disk64" >/dev/null
+s1=$(snap_ms "$W/disk")
+s64=$(snap_ms "$W/disk64")
+printf "%-34s %10s ms %10s ms   (target < 10 ms, equal within noise)\n" \
+  "snapshot, 1 GiB / 64 GiB thin disk" "$s1" "$s64"
+rm -rf "$W/disk" "$W/disk64"
+
+# --- merge 1 GiB of data down into the base
+"$PLOOP" import "$W/a.raw" "$W/m" >/dev/null
+"$PLOOP" snapshot "$W/m" >/dev/null
+"$PLOOP" import "$W/b.raw" "$W/m" >/dev/null
+qemu-img convert -f raw -O qcow2 "$W/a.raw" "$W/base.qcow2"
+qemu-img create -q -f qcow2 -b "$W/base.qcow2" -F qcow2 "$W/top.qcow2"
+qemu-img convert -n -f raw -O qcow2 "$W/b.raw" "$W/top.qcow2"
+t_ours=$(timed "$PLOOP" snapshot-merge -A "$W/m")
+t_qemu=$(timed qemu-img commit -q "$W/top.qcow2")
+row "merge top into base (qcow2 commit)" "$t_ours" "$t_qemu"
+"$PLOOP" export -o "$W/m.raw" "$W/m" >/dev/null
+cmp "$W/b.raw" "$W/m.raw" || echo "WARNING: merged disk differs from its data"
+echo "(ratio > 1: ploop is faster; every timing includes sync)"
