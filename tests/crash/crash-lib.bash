@@ -9,6 +9,9 @@ crash_loop() {
   local mode=$1 iterations=$2 size=32M cluster=64K
   # Resize: 32 KiB clusters so growing to 1 GiB needs more BAT clusters.
   [[ $mode == resize ]] && cluster=32K size=16M
+  # Plain and snapshot: a BAT of 2048 entries spans two 4 KiB pages, so
+  # entries outside the header's page go through the flush path only.
+  [[ $mode == plain || $mode == snapshot ]] && cluster=32K size=64M
   [[ -x $WRITER ]] || fail "$WRITER not built (make BUILD=... $WRITER)"
   [[ -x $PLOOP ]] || fail "$PLOOP not built"
   local disk=$TMP/disk log=$TMP/log base=$TMP/baseline
