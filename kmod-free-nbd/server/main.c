@@ -363,16 +363,7 @@ int main(int argc, char **argv) {
   } else if (port) {
     listen_tcp(bind_addr, port);
   }
-  /* A read-only server changes nothing; the disk's control socket belongs
-   * to the server of its read-write top, if any. */
-  for (size_t i = 0; i < g_cfg.ndisks && !g_cfg.readonly; i++) {
-    if (control_start(&g_cfg.disks[i], err, sizeof err) < 0) {
-      for (size_t k = 0; k < i; k++) control_stop(&g_cfg.disks[k]);
-      exports_close_all();
-      die("%s", err);
-    }
-    nbd_debug("%s: control socket %s", g_cfg.disks[i].name, g_cfg.disks[i].ctl_path);
-  }
+  /* FUSE first: a control command (RESIZE) may need it at once. */
   if (g_cfg.fuse_mountpoint) {
     struct disk_export *de = &g_cfg.disks[0];
     if (!ploop_fuse_export_start) {
@@ -384,10 +375,20 @@ int main(int argc, char **argv) {
                               ploop_get_error());
     }
     if (!de->fuse) {
-      for (size_t k = 0; k < g_cfg.ndisks; k++) control_stop(&g_cfg.disks[k]);
       exports_close_all();
       die("%s", err);
     }
+  }
+  /* A read-only server changes nothing; the disk's control socket belongs
+   * to the server of its read-write top, if any. */
+  for (size_t i = 0; i < g_cfg.ndisks && !g_cfg.readonly; i++) {
+    if (control_start(&g_cfg.disks[i], err, sizeof err) < 0) {
+      for (size_t k = 0; k < i; k++) control_stop(&g_cfg.disks[k]);
+      if (g_cfg.disks[0].fuse) ploop_fuse_export_stop(g_cfg.disks[0].fuse);
+      exports_close_all();
+      die("%s", err);
+    }
+    nbd_debug("%s: control socket %s", g_cfg.disks[i].name, g_cfg.disks[i].ctl_path);
   }
   if (pid_file) {
     FILE *f = fopen(pid_file, "w");
