@@ -80,6 +80,16 @@ else
 fi
 [[ $(blockdev --getsize64 "$dev") -eq $((2 << 30)) ]] || fail "$dev did not grow to 2 GiB"
 
+# A busy mount point: umount refuses with one line and undoes nothing.
+(cd "$MP" && exec sleep 30) &
+busy=$!
+sleep 0.2
+expect_fail att_umount "$D" | grep -qi busy || fail "umount of a busy mount point did not say busy"
+findmnt -n "$MP" >/dev/null || fail "a refused umount unmounted $MP"
+[[ -f $MP/file1 ]] || fail "files unreachable after a refused umount"
+kill $busy
+wait $busy 2>/dev/null || true
+
 att_umount "$D"
 no_leaks "$D" "$dev"
 findmnt -n "$MP" >/dev/null && fail "$MP still mounted"
