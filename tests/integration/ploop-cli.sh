@@ -23,7 +23,7 @@ $PLOOP --help | grep -q '^  3  image or descriptor is corrupt' || fail "--help l
 $PLOOP help init | grep -q '^usage: ploop init -s SIZE' || fail "help init"
 $PLOOP init --help | grep -q -- '--blocksize' || fail "init --help"
 for v in info check import export snapshot snapshot-list snapshot-delete snapshot-merge \
-  snapshot-switch resize convert restore-descriptor; do
+  snapshot-switch resize convert restore-descriptor mount umount list compact balloon; do
   $PLOOP "$v" --help | grep -q "^usage: ploop $v" || fail "$v --help"
 done
 
@@ -51,6 +51,10 @@ exit_code 2 $PLOOP convert -v 1 -f raw "$TMP"
 exit_code 2 $PLOOP export "$TMP"
 exit_code 2 $PLOOP check -r -F "$TMP"
 exit_code 2 $PLOOP snapshot-list -o uuid,colour "$TMP"
+exit_code 2 $PLOOP mount -t ext4 "$TMP"
+exit_code 2 $PLOOP umount -d /dev/loop0 -m /mnt
+exit_code 2 $PLOOP balloon inflate "$TMP"
+exit_code 2 $PLOOP list extra
 # Absurd sizes come back from the library as bad parameters, before any file is made.
 exit_code 2 $PLOOP init -s 999999T "$TMP/huge.hds"
 [[ ! -e $TMP/huge.hds && ! -e $TMP/DiskDescriptor.xml ]] || fail "-s 999999T left files behind"
@@ -96,6 +100,17 @@ rm -f "$TMP/v1.hds" "$TMP/DiskDescriptor.xml"
 $PLOOP check "$TMP/d" | grep -q 'clean' || fail "fresh disk not clean"
 $PLOOP check -f "$TMP/d/root.hds" | grep -q 'clean' || fail "fresh delta not clean"
 qemu-img check -f parallels "$TMP/d/root.hds" >/dev/null || fail "qemu-img check of a fresh image"
+
+# --- the progress bar: drawn on a terminal, never into a pipe or file
+if command -v script >/dev/null; then
+  head -c $((8 << 20)) /dev/urandom >"$TMP/r.raw"
+  script -qec "$PLOOP import '$TMP/r.raw' '$TMP/pb' >/dev/null" /dev/null >"$TMP/tty.out"
+  grep -q 'import \[#*' "$TMP/tty.out" || fail "no progress bar on a terminal: $(cat -v "$TMP/tty.out")"
+  $PLOOP export -o "$TMP/r2.raw" "$TMP/pb" 2>"$TMP/err.out" >/dev/null
+  [[ ! -s $TMP/err.out ]] || fail "progress output on a non-terminal stderr"
+  cmp "$TMP/r.raw" "$TMP/r2.raw" || fail "round trip of 8 MiB random"
+  rm -rf "$TMP/pb" "$TMP/r.raw" "$TMP/r2.raw"
+fi
 
 # --- restore-descriptor: rebuild a lost descriptor from the image header
 cp "$TMP/d/DiskDescriptor.xml" "$TMP/saved.xml"
