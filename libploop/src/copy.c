@@ -175,40 +175,60 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
   struct ploop_delta *top = disk->deltas[0];
   uint64_t clusters = div_round_up(size, cb);
   unsigned batch = batch_clusters(cb);
-  sbuf = ploop_aligned_alloc((size_t)cb * batch);
-  dbuf = ploop_aligned_alloc((size_t)cb * batch);
-  if (!sbuf || !dbuf || aio_init(&aio, batch * 2) < 0)
+  sbuf = ploop_aligned_alloc((size_t)cb * batch * 2);
+  dbuf = ploop_aligned_alloc((size_t)cb * batch * 2);
+  if (!sbuf || !dbuf || aio_init(&aio, batch * 3) < 0)
     goto out;
-  uint64_t alloc_off[COPY_MAX_BATCH];
-  for (uint64_t first = 0; first < clusters; first += batch) {
-    unsigned n = (unsigned)min_u64(batch, clusters - first);
-    unsigned char depth[COPY_MAX_BATCH];
-    /* Read the source and what the disk holds now, in one batch. */
+  /* Double buffering: the writes of batch k go out with the reads of batch
+   * k+1. Batch k's new clusters are reserved in one fallocate, so the
+   * direct writes land in allocated space instead of extending the file. */
+  uint64_t alloc_off[COPY_MAX_BATCH], pending_first = 0;
+  unsigned pending_n = 0, half = 0;
+  unsigned char wmask[COPY_MAX_BATCH], depth[COPY_MAX_BATCH];
+  for (uint64_t first = 0;; first += batch) {
+    unsigned n = first < clusters ? (unsigned)min_u64(batch, clusters - first) : 0;
+    uint8_t *sbh = sbuf + (size_t)half * cb * batch, *dbh = dbuf + (size_t)half * cb * batch;
+    uint8_t *wb = sbuf + (size_t)(half ^ 1) * cb * batch;
     for (unsigned i = 0; i < n; i++) {
       uint64_t vc = first + i, off;
       if (vc * cb < src_size)
-        aio_queue(&aio, sfd, src, sbuf + (size_t)i * cb, (size_t)min_u64(cb, round_up(src_size - vc * cb, 512)),
+        aio_queue(&aio, sfd, src, sbh + (size_t)i * cb, (size_t)min_u64(cb, round_up(src_size - vc * cb, 512)),
                   vc * cb, 0);
-      else
-        memset(sbuf + (size_t)i * cb, 0, cb);
-      if (vc * cb + cb > src_size && vc * cb < src_size) /* zero the tail past the source */
-        memset(sbuf + (size_t)i * cb + (src_size - vc * cb), 0, cb - (src_size - vc * cb));
       depth[i] = (unsigned char)disk_find(disk, 0, vc, &off);
       if (depth[i]) {
         struct ploop_delta *d = disk->deltas[depth[i] - 1];
-        aio_queue(&aio, d->fd, d->path, dbuf + (size_t)i * cb, cb, off, 0);
+        aio_queue(&aio, d->fd, d->path, dbh + (size_t)i * cb, cb, off, 0);
       }
     }
-    if (aio_run(&aio) < 0)
+    for (unsigned i = 0; i < pending_n; i++)
+      if (wmask[i]) {
+        uint64_t off = alloc_off[i] ? alloc_off[i] : DELTA_OFF(delta_lookup(top, pending_first + i));
+        aio_queue(&aio, top->fd, top->path, wb + (size_t)i * cb, cb, off, 1);
+      }
+    int arc = aio_run(&aio);
+    for (unsigned i = 0; i < pending_n; i++)
+      if (alloc_off[i])
+        delta_alloc_finish(top, pending_first + i, arc == 0 ? alloc_off[i] : 0);
+    if (arc < 0)
       goto out;
+    if (pending_n && progress)
+      progress(opaque, min_u64((pending_first + pending_n) * cb, size), size);
+    pending_n = 0;
+    if (n == 0)
+      break;
+    uint64_t new_first = 0, new_count = 0;
     for (unsigned i = 0; i < n; i++) {
       uint64_t vc = first + i;
-      uint8_t *s = sbuf + (size_t)i * cb;
-      if (vc * cb + cb > src_size && vc * cb < src_size) /* the O_DIRECT read may have refilled the tail */
+      uint8_t *s = sbh + (size_t)i * cb;
+      /* Past the end of the source the disk must read zeros. */
+      if (vc * cb >= src_size)
+        memset(s, 0, cb);
+      else if (vc * cb + cb > src_size)
         memset(s + (src_size - vc * cb), 0, cb - (src_size - vc * cb));
       alloc_off[i] = 0;
+      wmask[i] = 0;
       bool zero = ploop_is_zero(s, cb);
-      if (depth[i] ? !memcmp(s, dbuf + (size_t)i * cb, cb) : zero) {
+      if (depth[i] ? !memcmp(s, dbh + (size_t)i * cb, cb) : zero) {
         st.clusters_skipped++;
         continue;
       }
@@ -218,24 +238,29 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
         st.clusters_zeroed++;
         continue;
       }
-      uint64_t off = delta_lookup(top, vc);
-      if (!off) {
-        int r = delta_alloc_begin(top, vc, &off);
-        if (r < 0)
+      wmask[i] = 1;
+      st.clusters_written++;
+      if (!delta_lookup(top, vc)) {
+        uint64_t off;
+        if (delta_alloc_begin(top, vc, &off) < 0)
           goto out;
         alloc_off[i] = off;
+        if (!new_count)
+          new_first = off;
+        new_count++;
       }
-      aio_queue(&aio, top->fd, top->path, s, cb, DELTA_OFF(off), 1);
-      st.clusters_written++;
     }
-    int wrc = aio_run(&aio);
-    for (unsigned i = 0; i < n; i++)
-      if (alloc_off[i])
-        delta_alloc_finish(top, first + i, wrc == 0 ? alloc_off[i] : 0);
-    if (wrc < 0)
+    /* One thread allocates here, so the new clusters are contiguous. */
+    if (new_count && fallocate(top->fd, 0, (off_t)new_first, (off_t)(new_count * cb)) < 0 && errno != EOPNOTSUPP) {
+      ploop_error_os(top->path, "fallocate");
+      for (unsigned i = 0; i < n; i++)
+        if (alloc_off[i])
+          delta_alloc_finish(top, first + i, 0);
       goto out;
-    if (progress)
-      progress(opaque, min_u64((first + n) * cb, size), size);
+    }
+    pending_first = first;
+    pending_n = n;
+    half ^= 1;
   }
   if (ploop_disk_flush(disk) < 0)
     goto out;
