@@ -47,7 +47,7 @@ static int check_delta(const char *path, unsigned flags, bool silent)
   memset(&r, 0, sizeof r);
   int rc = ploop_delta_check(path, flags, &r);
   if (rc < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   char text[8192] = "";
   ploop_check_report_format(&r, text, sizeof text);
   bool broken = rc > 0 && report_broken(&r);
@@ -78,7 +78,7 @@ static int check_disk(const char *path, unsigned flags, bool silent)
   char msg[16384] = "";
   int rc = ploop_disk_check(path, flags, msg, sizeof msg);
   if (rc < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   bool repaired = (flags & PLOOP_CHECK_REPAIR) && strstr(msg, "repaired");
   if (!silent || rc > 0 || repaired)
     print_lines(msg);

@@ -65,25 +65,15 @@ int cli_exit_from_status(int status)
   }
 }
 
-int cli_lib_error(const char *context_fmt, ...)
+int cli_lib_error(void)
 {
   const char *lib = ploop_get_error();
   int status = ploop_get_status();
-  char ctx[1024] = "";
-  if (context_fmt) {
-    va_list ap;
-    va_start(ap, context_fmt);
-    vsnprintf(ctx, sizeof ctx, context_fmt, ap);
-    va_end(ap);
-  }
   if (!lib || !*lib) {
     int e = ploop_get_errno();
     lib = e ? strerror(e) : "unknown error";
   }
-  if (ctx[0])
-    cli_error(0, "%s: %s", ctx, lib);
-  else
-    cli_error(0, "%s", lib);
+  cli_error(0, "%s", lib);
   return cli_exit_from_status(status);
 }
 

@@ -35,9 +35,9 @@ extern const char *cli_verb_name;
 
 /* Prints "ploop VERB: MESSAGE" on one line to stderr; returns CODE. */
 int cli_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prints the library's last error, optionally prefixed by CONTEXT ("import x.raw"),
- * and returns the exit code of its status class. */
-int cli_lib_error(const char *context_fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints the library's last error (its messages name the file already) and
+ * returns the exit code of its status class. */
+int cli_lib_error(void);
 /* A usage error: prints the message plus a pointer to --help, returns EXIT_USAGE. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Maps ploop_get_status() to an exit code. */

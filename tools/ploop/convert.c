@@ -42,7 +42,7 @@ static int run_convert(int argc, char **argv)
   const char *disk = argv[optind];
   int rc = version ? ploop_convert_version(disk, version) : ploop_convert_format(disk, to_raw == 1);
   if (rc < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   return EXIT_OK;
 }
 

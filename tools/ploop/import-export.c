@@ -124,7 +124,7 @@ static int run_import(int argc, char **argv)
       return cli_error(EXIT_IO, "%s: %s", disk, strerror(errno));
     snprintf(delta, sizeof delta, "%s/%s", disk, PLOOP_DEFAULT_IMAGE_NAME);
     if (ploop_disk_create(delta, &p) < 0) {
-      rc = cli_lib_error(NULL);
+      rc = cli_lib_error();
       if (made_dir)
         rmdir(disk);
       return rc;
@@ -141,7 +141,7 @@ static int run_import(int argc, char **argv)
   rc = ploop_import_raw(src, disk, cli_progress_cb, &prog, &stats);
   cli_progress_end(&prog);
   if (rc < 0) {
-    rc = cli_lib_error(NULL);
+    rc = cli_lib_error();
     if (created) {
       /* A failed import into a disk made just now leaves nothing behind. */
       char xml[4096 + 32];
@@ -221,7 +221,7 @@ static int run_export(int argc, char **argv)
   rc = ploop_export_raw(src, snapshot, out, cli_progress_cb, &prog, &stats);
   cli_progress_end(&prog);
   if (rc < 0) {
-    rc = cli_lib_error(NULL);
+    rc = cli_lib_error();
     if (!existed)
       unlink(out); /* a half-written file must not pass for an export */
   } else {

@@ -53,9 +53,9 @@ static int image_info(const char *path, bool plain, struct ploop_delta_info *di)
   }
   struct ploop_delta *d = ploop_delta_open(path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
   if (!d)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   int r = ploop_delta_get_info(d, di);
-  int saved = r < 0 ? cli_lib_error(NULL) : 0;
+  int saved = r < 0 ? cli_lib_error() : 0;
   ploop_delta_close(d);
   return saved;
 }
@@ -171,7 +171,7 @@ static int info_disk(struct ploop_descriptor *d, struct info *in)
   size_t idx[PLOOP_MAX_DELTAS];
   int depth = ploop_descriptor_chain(d, NULL, idx, PLOOP_MAX_DELTAS);
   if (depth < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   size_t order[PLOOP_MAX_DELTAS * 2], n = 0;
   bool seen[PLOOP_MAX_DELTAS * 2] = {0};
   for (int i = 0; i < depth; i++) {
@@ -185,7 +185,7 @@ static int info_disk(struct ploop_descriptor *d, struct info *in)
     const struct ploop_image_desc *img = &d->images[order[k]];
     char *path = ploop_descriptor_image_path(d, img);
     if (!path)
-      return cli_lib_error(NULL);
+      return cli_lib_error();
     struct info_image *im = &in->images[k];
     im->guid = img->guid;
     im->file = img->file;
@@ -241,9 +241,9 @@ static int run_info(int argc, char **argv)
   } else {
     d = ploop_descriptor_load(path);
     if (!d)
-      return cli_lib_error(NULL);
+      return cli_lib_error();
     if (ploop_descriptor_validate(d) < 0)
-      rc = cli_lib_error(NULL);
+      rc = cli_lib_error();
     else
       rc = info_disk(d, &in);
     if (rc == 0) {

@@ -77,7 +77,7 @@ static int run_init(int argc, char **argv)
     snprintf(path, sizeof path, "%s", arg);
 
   if (ploop_disk_create(path, &p) < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   if (!make_fs)
     return EXIT_OK;
 
@@ -88,7 +88,7 @@ static int run_init(int argc, char **argv)
   dirname(dir);
   if (ploop_attach_format(dir, fstype) == 0)
     return EXIT_OK;
-  int rc = cli_lib_error(NULL);
+  int rc = cli_lib_error();
   char xml[4096 + 32];
   snprintf(xml, sizeof xml, "%s/%s", dir, PLOOP_DESCRIPTOR_NAME);
   unlink(path);

@@ -53,7 +53,7 @@ static int run_mount(int argc, char **argv)
     o.mount_flags |= MS_RDONLY;
   struct ploop_attach_info info;
   if (ploop_attach_mount(argv[optind], &o, &info) < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   printf("%s\n", info.device);
   return EXIT_OK;
 }
@@ -89,7 +89,7 @@ static int run_umount(int argc, char **argv)
     return EXIT_USAGE;
   }
   if (ploop_attach_umount(what) < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   return EXIT_OK;
 }
 
@@ -122,7 +122,7 @@ static int run_list(int argc, char **argv)
   struct ploop_attach_info *all = NULL;
   size_t n = 0;
   if (ploop_attach_list(&all, &n) < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   qsort(all, n, sizeof *all, cmp_info);
   if (json) {
     printf("[");
@@ -160,7 +160,7 @@ static int compact(const char *disk)
 {
   uint64_t trimmed = 0, reclaimed = 0;
   if (ploop_attach_compact(disk, &trimmed, &reclaimed) < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   char a[32], b[32];
   printf("%s: %s discarded by the filesystem, image shrank by %s\n", disk,
          cli_human_bytes(trimmed, a, sizeof a), cli_human_bytes(reclaimed, b, sizeof b));

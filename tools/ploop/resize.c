@@ -16,13 +16,13 @@ static int disk_has_fs(const char *disk, bool *has)
   *has = false;
   struct ploop_disk *d = ploop_disk_open(disk, NULL, PLOOP_OPEN_RDONLY);
   if (!d)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   void *buf = NULL;
   int rc = 0;
   if (posix_memalign(&buf, 4096, 4096) != 0) {
     rc = cli_error(EXIT_GENERIC, "out of memory");
   } else if (ploop_disk_size(d) >= 4096 && ploop_disk_pread(d, buf, 4096, 0) < 0) {
-    rc = cli_lib_error(NULL);
+    rc = cli_lib_error();
   } else {
     const unsigned char *b = buf;
     *has = (b[1080] == 0x53 && b[1081] == 0xEF) || memcmp(b, "XFSB", 4) == 0;
@@ -38,12 +38,12 @@ static int resize_with_fs(const char *disk, uint64_t size)
 {
   struct ploop_attach_info info;
   if (ploop_attach_mount(disk, NULL, &info) < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   int rc = 0;
   if (ploop_attach_resize(disk, size) < 0)
-    rc = cli_lib_error(NULL);
+    rc = cli_lib_error();
   if (ploop_attach_umount(disk) < 0 && rc == 0)
-    rc = cli_lib_error(NULL);
+    rc = cli_lib_error();
   return rc;
 }
 
@@ -87,7 +87,7 @@ static int run_resize(int argc, char **argv)
   if (st == CLI_ATTACHED) {
     /* Attached: the loop device and a mounted filesystem follow the disk. */
     if (ploop_attach_resize(disk, size) < 0)
-      return cli_lib_error(NULL);
+      return cli_lib_error();
   } else if (st == CLI_SERVED) {
     if (ploop_ctl_resize(disk, size) < 0)
       return cli_ctl_error();
@@ -99,7 +99,7 @@ static int run_resize(int argc, char **argv)
     if (has_fs && !(flags & PLOOP_RESIZE_FORCE))
       return resize_with_fs(disk, size);
     if (ploop_resize(disk, size, flags) < 0)
-      return cli_lib_error(NULL);
+      return cli_lib_error();
   }
   return EXIT_OK;
 }

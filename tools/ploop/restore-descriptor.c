@@ -35,10 +35,10 @@ int descriptor_write_single(const char *dir, const char *file, bool raw,
   } else {
     struct ploop_delta *d = ploop_delta_open(path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
     if (!d)
-      return cli_lib_error(NULL);
+      return cli_lib_error();
     struct ploop_delta_info di;
     int r = ploop_delta_get_info(d, &di);
-    int rc = r < 0 ? cli_lib_error(NULL) : 0;
+    int rc = r < 0 ? cli_lib_error() : 0;
     ploop_delta_close(d);
     if (rc)
       return rc;
@@ -67,7 +67,7 @@ int descriptor_write_single(const char *dir, const char *file, bool raw,
   };
   snprintf(d.top_guid, sizeof d.top_guid, "%s", PLOOP_TOP_GUID);
   if (ploop_descriptor_save(&d) < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   return 0;
 }
 

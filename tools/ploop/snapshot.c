@@ -50,12 +50,12 @@ static int run_snapshot(int argc, char **argv)
   /* A mounted disk is frozen around the snapshot so its journal is clean in it. */
   if (st == CLI_ATTACHED) {
     if (ploop_attach_snapshot(disk, have ? uuid : NULL, out) < 0)
-      return cli_lib_error(NULL);
+      return cli_lib_error();
   } else if (st == CLI_SERVED) {
     if (ploop_ctl_snapshot(disk, have ? uuid : NULL, out) < 0)
       return cli_ctl_error();
   } else if (ploop_snapshot_create(disk, have ? uuid : NULL, out) < 0) {
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   }
   printf("%s\n", out);
   return EXIT_OK;
@@ -70,7 +70,7 @@ static int run_snapshot_delete(int argc, char **argv)
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
   if (ploop_snapshot_delete(disk, uuid) < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   return EXIT_OK;
 }
 
@@ -83,7 +83,7 @@ static int run_snapshot_switch(int argc, char **argv)
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
   if (ploop_snapshot_switch(disk, uuid) < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   return EXIT_OK;
 }
 
@@ -131,7 +131,7 @@ static int run_snapshot_merge(int argc, char **argv)
   int rc = ploop_snapshot_merge(disk, have ? uuid : NULL, all, cli_progress_cb, &prog);
   cli_progress_end(&prog);
   if (rc < 0)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   return EXIT_OK;
 }
 
@@ -218,7 +218,7 @@ static int run_snapshot_list(int argc, char **argv)
   const char *disk = argv[optind];
   struct ploop_descriptor *d = ploop_descriptor_load(disk);
   if (!d)
-    return cli_lib_error(NULL);
+    return cli_lib_error();
   if (have_uuid && !ploop_descriptor_find_image(d, uuid)) {
     ploop_descriptor_free(d);
     return cli_error(EXIT_NOTFOUND, "%s: no snapshot %s", disk, uuid);
