@@ -30,6 +30,21 @@ static int open_bulk(const char *path, int flags, mode_t mode)
   return fd;
 }
 
+/* Makes room for COUNT new clusters at OFF before they are written: the file
+ * is extended with ftruncate so the direct writes fill space inside i_size
+ * (an extending direct write is serialised by the filesystem, and writing
+ * into fallocated, unwritten extents costs a conversion per write). */
+static int reserve_clusters(struct ploop_delta *d, uint64_t off, uint64_t count)
+{
+  struct stat sb;
+  uint64_t end = off + count * d->cluster_bytes;
+  if (fstat(d->fd, &sb) < 0)
+    return ploop_error_os(d->path, "stat");
+  if ((uint64_t)sb.st_size < end && ftruncate(d->fd, (off_t)end) < 0)
+    return ploop_error_os(d->path, "extend");
+  return 0;
+}
+
 int ploop_export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *dst,
                      ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats)
 {
@@ -180,8 +195,7 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
   if (!sbuf || !dbuf || aio_init(&aio, batch * 3) < 0)
     goto out;
   /* Double buffering: the writes of batch k go out with the reads of batch
-   * k+1. Batch k's new clusters are reserved in one fallocate, so the
-   * direct writes land in allocated space instead of extending the file. */
+   * k+1. Batch k's new clusters are reserved in one step (reserve_clusters). */
   uint64_t alloc_off[COPY_MAX_BATCH], pending_first = 0;
   unsigned pending_n = 0, half = 0;
   unsigned char wmask[COPY_MAX_BATCH], depth[COPY_MAX_BATCH];
@@ -251,8 +265,7 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
       }
     }
     /* One thread allocates here, so the new clusters are contiguous. */
-    if (new_count && fallocate(top->fd, 0, (off_t)new_first, (off_t)(new_count * cb)) < 0 && errno != EOPNOTSUPP) {
-      ploop_error_os(top->path, "fallocate");
+    if (new_count && reserve_clusters(top, new_first, new_count) < 0) {
       for (unsigned i = 0; i < n; i++)
         if (alloc_off[i])
           delta_alloc_finish(top, first + i, 0);
@@ -286,50 +299,80 @@ int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zer
   uint64_t cb = x->cluster_bytes;
   unsigned batch = batch_clusters(cb);
   struct ploop_aio aio;
-  uint8_t *buf = ploop_aligned_alloc((size_t)cb * batch);
+  uint8_t *buf = ploop_aligned_alloc((size_t)cb * batch * 2);
   if (!buf)
     return -1;
-  if (aio_init(&aio, batch) < 0) {
+  if (aio_init(&aio, batch * 2) < 0) {
     free(buf);
     return -1;
   }
+  /* Double buffering, as in import: batch k is written while batch k+1 is
+   * read; new clusters in P are reserved once per batch. */
   int rc = 0;
-  uint64_t vcs[COPY_MAX_BATCH], alloc_off[COPY_MAX_BATCH], done = done_base;
-  uint64_t nclusters = delta_clusters(x);
-  for (uint64_t vc = 0; vc < nclusters && rc == 0;) {
+  uint64_t vcs[2][COPY_MAX_BATCH], dst[COPY_MAX_BATCH], done = done_base;
+  bool fresh[COPY_MAX_BATCH];
+  unsigned pending_n = 0, half = 0;
+  uint64_t nclusters = delta_clusters(x), vc = 0;
+  for (;;) {
+    uint8_t *rb = buf + (size_t)half * cb * batch, *wb = buf + (size_t)(half ^ 1) * cb * batch;
     unsigned n = 0;
     for (; vc < nclusters && n < batch; vc++) {
       uint64_t off = delta_lookup(x, vc);
       if (!off)
         continue;
-      vcs[n] = vc;
-      aio_queue(&aio, x->fd, x->path, buf + (size_t)n * cb, cb, DELTA_OFF(off), 0);
+      vcs[half][n] = vc;
+      aio_queue(&aio, x->fd, x->path, rb + (size_t)n * cb, cb, DELTA_OFF(off), 0);
       n++;
     }
-    if (n == 0 || (rc = aio_run(&aio)) < 0)
+    for (unsigned i = 0; i < pending_n; i++)
+      if (dst[i])
+        aio_queue(&aio, p->fd, p->path, wb + (size_t)i * cb, cb, dst[i], 1);
+    rc = aio_run(&aio);
+    for (unsigned i = 0; i < pending_n; i++)
+      if (fresh[i])
+        delta_alloc_finish(p, vcs[half ^ 1][i], rc == 0 ? dst[i] : 0);
+    if (rc < 0)
       break;
-    for (unsigned i = 0; i < n && rc == 0; i++) {
-      uint64_t off = delta_lookup(p, vcs[i]);
-      alloc_off[i] = 0;
-      if (skip_zero && !off && ploop_is_zero(buf + (size_t)i * cb, cb))
-        continue;
-      if (!off) {
-        if (delta_alloc_begin(p, vcs[i], &off) < 0) {
-          rc = -1;
-          break;
-        }
-        alloc_off[i] = off;
-      }
-      aio_queue(&aio, p->fd, p->path, buf + (size_t)i * cb, cb, DELTA_OFF(off), 1);
-    }
-    if (rc == 0)
-      rc = aio_run(&aio);
-    for (unsigned i = 0; i < n; i++)
-      if (alloc_off[i])
-        delta_alloc_finish(p, vcs[i], rc == 0 ? alloc_off[i] : 0);
-    done += n;
-    if (progress && rc == 0)
+    done += pending_n;
+    if (pending_n && progress)
       progress(opaque, done, total);
+    pending_n = 0;
+    if (n == 0)
+      break;
+    uint64_t new_first = 0, new_count = 0;
+    for (unsigned i = 0; i < n && rc == 0; i++) {
+      uint64_t off = delta_lookup(p, vcs[half][i]);
+      fresh[i] = false;
+      dst[i] = DELTA_OFF(off);
+      if (off)
+        continue;
+      if (skip_zero && ploop_is_zero(rb + (size_t)i * cb, cb)) {
+        dst[i] = 0;
+        continue;
+      }
+      if (delta_alloc_begin(p, vcs[half][i], &off) < 0) {
+        rc = -1;
+        for (unsigned j = 0; j < i; j++)
+          if (fresh[j])
+            delta_alloc_finish(p, vcs[half][j], 0);
+        break;
+      }
+      fresh[i] = true;
+      dst[i] = off;
+      if (!new_count)
+        new_first = off;
+      new_count++;
+    }
+    if (rc < 0)
+      break;
+    if (!p->raw && new_count && (rc = reserve_clusters(p, new_first, new_count)) < 0) {
+      for (unsigned i = 0; i < n; i++)
+        if (fresh[i])
+          delta_alloc_finish(p, vcs[half][i], 0);
+      break;
+    }
+    pending_n = n;
+    half ^= 1;
   }
   if (rc == 0)
     rc = delta_flush(p);
