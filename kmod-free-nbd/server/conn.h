@@ -15,8 +15,6 @@
 
 #define CONN_MAX_WORKERS 64u
 
-struct worker;
-
 struct conn {
   int rfd, wfd;
   struct conn *next, *prev; /* registry of live connections */
@@ -30,20 +28,24 @@ struct conn {
   struct export_ref exp;
   uint16_t eflags;
 
-  /* Transmission: the connection's own thread reads and validates
-   * requests and hands each to an idle worker of this connection (with its
-   * payload already in the worker's buffer); workers run requests in
-   * parallel and write whole replies under wlock. */
+  /* Transmission: the connection's threads take turns at the socket
+   * (rlock): the holder parses one request from the shared read buffer,
+   * takes its payload into its own buffer, lets go and runs it, in
+   * parallel with the others; replies are written whole under wlock. */
+  pthread_mutex_t rlock;
+  struct {
+    uint8_t *p;
+    size_t pos, len;
+  } rb;                       /* read-ahead of the request stream, under rlock */
   pthread_mutex_t wlock;
   atomic_bool closing;
-  pthread_mutex_t wk_lock;    /* guards reader/reader_valid (shutdown kick) */
+  atomic_uint idle;           /* threads waiting for rlock */
+  pthread_mutex_t wk_lock;    /* guards the fields below */
   pthread_t reader;           /* thread blocked reading, woken at shutdown */
   atomic_bool reader_valid;
-  pthread_mutex_t pool_lock;
-  pthread_cond_t pool_cond;   /* a worker became idle */
-  struct worker *idle_list;
-  struct worker *workers[CONN_MAX_WORKERS];
-  unsigned nworkers, nidle;
+  pthread_t workers[CONN_MAX_WORKERS];
+  unsigned nworkers;
+  bool no_more_workers;
 };
 
 /* Whole-buffer socket I/O: 0 on success, -1 on EOF or error (errno set;

@@ -87,10 +87,9 @@ void conn_serve(int rfd, int wfd) {
   }
   c->rfd = rfd;
   c->wfd = wfd;
+  pthread_mutex_init(&c->rlock, NULL);
   pthread_mutex_init(&c->wlock, NULL);
   pthread_mutex_init(&c->wk_lock, NULL);
-  pthread_mutex_init(&c->pool_lock, NULL);
-  pthread_cond_init(&c->pool_cond, NULL);
   c->reader = pthread_self();
   atomic_store(&c->reader_valid, true);
 
@@ -126,10 +125,9 @@ void conn_serve(int rfd, int wfd) {
 
   close(rfd);
   if (wfd != rfd) close(wfd);
+  pthread_mutex_destroy(&c->rlock);
   pthread_mutex_destroy(&c->wlock);
   pthread_mutex_destroy(&c->wk_lock);
-  pthread_mutex_destroy(&c->pool_lock);
-  pthread_cond_destroy(&c->pool_cond);
   free(c);
 }
 
