@@ -433,7 +433,20 @@ int delta_flush(struct ploop_delta *d)
 {
   if (!d->rdwr)
     return 0;
+  /* Group commit: a flush that starts after this call covers every write
+   * that completed before it, so waiting for one is as good as doing one. */
+  pthread_mutex_lock(&d->lock);
+  uint64_t seen = d->flush_started;
+  pthread_mutex_unlock(&d->lock);
   pthread_mutex_lock(&d->flush_lock);
+  pthread_mutex_lock(&d->lock);
+  if (d->flush_done > seen) {
+    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_unlock(&d->flush_lock);
+    return 0;
+  }
+  uint64_t mine = ++d->flush_started;
+  pthread_mutex_unlock(&d->lock);
   /* Take a copy of the dirty pages first: every entry in it points to data
    * whose write has completed, so the fdatasync below makes it durable
    * before the page is written (rule 1). */
@@ -482,6 +495,11 @@ int delta_flush(struct ploop_delta *d)
   }
   free(pages);
   free(copy);
+  if (rc == 0) {
+    pthread_mutex_lock(&d->lock);
+    d->flush_done = mine;
+    pthread_mutex_unlock(&d->lock);
+  }
   pthread_mutex_unlock(&d->flush_lock);
   return rc;
 }

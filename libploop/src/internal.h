@@ -51,6 +51,8 @@ struct ploop_delta {
   pthread_mutex_t lock;         /* alloc_head, dirty pages, inflight */
   pthread_cond_t cond;
   pthread_mutex_t flush_lock;   /* one flush at a time: BAT pages go out in order */
+  uint64_t flush_started;       /* group commit: flushes begun (under lock) */
+  uint64_t flush_done;          /* the start number of the last completed flush */
   uint64_t alloc_head;          /* next free cluster (file size / cluster) */
   uint8_t *page_dirty;          /* one byte per BAT page */
   size_t n_pages;
