@@ -46,7 +46,8 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
   struct ploop_delta *nt = NULL;
   int rc = -1;
   pthread_rwlock_wrlock(&disk->rw); /* drains in-flight I/O: nothing acknowledged is left out */
-  if (disk->n >= PLOOP_MAX_DELTAS) {
+  /* 128 images at most, as ploop: the base, 126 snapshots above it, the top. */
+  if (disk->n >= PLOOP_MAX_DELTAS - 1) {
     ploop_error(PLOOP_ERR_PARAM, EMLINK, "%s: at most %u snapshots", disk->dir, PLOOP_MAX_DELTAS - 2);
     goto out;
   }
