@@ -3,6 +3,9 @@
 # every delta checks free of corruption (lost clusters are fine), that every
 # write logged as durable reads back exactly, and that repair leaves the disk
 # reading the same.  Usage: crash_loop MODE ITERATIONS
+# With POWERFAIL=1 the kill is followed by a simulated power cut
+# (tests/crash/powerfail.c): unsynced sectors of the disk's files are lost at
+# random, which is what checks the order of data, syncs and BAT writes.
 WRITER=$BUILD/tests/crash-writer
 
 crash_loop() {
@@ -23,7 +26,13 @@ crash_loop() {
     seed=$((RANDOM * 32768 + RANDOM))
     ms=$((10 + RANDOM % 291))
     : >"$log" # the writer may be killed before it opens its log
-    "$WRITER" write "$disk" "$log" "$seed" "$mode" 2>"$TMP/writer.err" &
+    if [[ ${POWERFAIL:-0} == 1 ]]; then
+      ms=$((150 + RANDOM % 750)) # a journaled writer is slower
+      PLOOP_POWERFAIL_JOURNAL=$TMP/journal PLOOP_POWERFAIL_DIR=$disk \
+        "$WRITER" write "$disk" "$log" "$seed" "$mode" 2>"$TMP/writer.err" &
+    else
+      "$WRITER" write "$disk" "$log" "$seed" "$mode" 2>"$TMP/writer.err" &
+    fi
     local pid=$!
     if [[ $mode == merge || $mode == resize || $mode == convert ]] && ((i % 2 == 0)); then
       # Aim at the structural operation: wait until it starts, then a short delay.
@@ -35,7 +44,7 @@ crash_loop() {
       ms=$((RANDOM % 40))
       [[ $mode == convert ]] && ms=$((RANDOM % 3)) # a conversion takes a few ms
     fi
-    sleep "$(printf '0.%03d' "$ms")"
+    sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
     kill -KILL "$pid" 2>/dev/null || true
     rc=0
     wait "$pid" 2>/dev/null || rc=$?
@@ -43,6 +52,10 @@ crash_loop() {
       skip "crash-$mode: $(tail -1 "$TMP/writer.err")"
     fi
     [[ $rc -eq 137 ]] || fail "round $i (seed $seed): writer exited $rc before the kill: $(cat "$TMP/writer.err")"
+    if [[ ${POWERFAIL:-0} == 1 ]]; then
+      out=$("$WRITER" powerfail "$TMP/journal" "$seed") || fail "round $i: power-cut replay failed: $out"
+      echo "round $i: $out"
+    fi
     # Did the kill land inside the operation this mode is about?
     local inside=false
     if [[ $(grep -cE '^(M|R|C) ' "$log") -gt $(grep -cE '^(m|r|c) ' "$log") ]]; then

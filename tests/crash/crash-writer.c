@@ -3,6 +3,7 @@
  *   crash-writer init DIR SIZE CLUSTER_BYTES
  *   crash-writer write DIR LOG SEED MODE     (MODE: plain|snapshot|merge|resize|convert; runs until killed)
  *   crash-writer verify DIR LOG BASELINE [--commit]
+ *   crash-writer powerfail JOURNAL SEED       (see powerfail.h)
  *
  * `write` appends one line to LOG before issuing each operation and, after
  * ploop_disk_flush (or a snapshot/close/merge that implies it) returns, a line
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "libploop.h"
+#include "powerfail.h"
 
 #define MAX_DISK (64ull << 20)  /* writes stay below this: the model's size */
 #define MAX_GROW (1ull << 30)   /* the resize mode grows up to this; beyond MAX_DISK reads zeros */
@@ -423,10 +425,13 @@ int main(int argc, char **argv)
     return cmd_init(argv[2], argv[3], argv[4]);
   if (argc == 6 && !strcmp(argv[1], "write"))
     return cmd_write(argv[2], argv[3], strtoull(argv[4], NULL, 0), argv[5]);
+  if (argc == 4 && !strcmp(argv[1], "powerfail"))
+    return powerfail_replay(argv[2], strtoull(argv[3], NULL, 0));
   if ((argc == 5 || argc == 6) && !strcmp(argv[1], "verify"))
     return cmd_verify(argv[2], argv[3], argv[4], argc == 6 && !strcmp(argv[5], "--commit"));
   fprintf(stderr, "usage: crash-writer init DIR SIZE CLUSTER_BYTES\n"
                   "       crash-writer write DIR LOG SEED plain|snapshot|merge|resize|convert\n"
-                  "       crash-writer verify DIR LOG BASELINE [--commit]\n");
+                  "       crash-writer verify DIR LOG BASELINE [--commit]\n"
+                  "       crash-writer powerfail JOURNAL SEED\n");
   return 2;
 }
