@@ -5,7 +5,8 @@
 # raw file is the ceiling.  Random 4k 70/30 read/write at QD32 and
 # sequential 1 MiB reads and writes, on a fully allocated 1 GiB image and on
 # an empty thin one.  Prints IOPS side by side, ratios, and server peak RSS.
-#   env: RUNTIME (s per run, default 5), SIZE (default 1G), THREADS (ploop-nbd -t)
+#   env: RUNTIME (s per run, default 5), SIZE (default 1G), THREADS (ploop-nbd -t),
+#        BENCH_DIR (where the images live, default /var/tmp; must take O_DIRECT)
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${PLOOP_BUILD:-$TOP/build}
@@ -20,7 +21,7 @@ for t in fio qemu-nbd nbdkit nbdcopy python3; do
 done
 [[ -x $PLOOP && -x $PLOOP_NBD ]] || { echo "nbd bench: build first (make all)"; exit 1; }
 
-W=$(mktemp -d /var/tmp/ploop-bench-nbd.XXXXXX)
+W=$(mktemp -d "${BENCH_DIR:-/var/tmp}/ploop-bench-nbd.XXXXXX")
 SPID=
 stop_server() {
   if [[ -n $SPID ]]; then
@@ -124,7 +125,8 @@ run_all thin
 ratio() { python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print("%.2fx" % (a/b) if b else "-")' "$1" "$2"; }
 pct() { python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print("%.0f%%" % (100*a/b) if b else "-")' "$1" "$2"; }
 
-printf '\nNBD serving, fio IOPS (runtime %ss, %s image, 1 connection; rand4k = 70/30 randrw QD32)\n' "$RUNTIME" "$SIZE"
+printf '\nNBD serving, fio IOPS (runtime %ss, %s image, 1 connection; rand4k = 70/30 randrw QD32,\n' "$RUNTIME" "$SIZE"
+printf 'seq = QD4; nbdkit file goes through the page cache, the others use O_DIRECT)\n'
 printf '%-5s %-10s %10s %10s %10s %10s   %-14s %-12s\n' image workload ploop-nbd qemu-nbd nbdkit-raw fio-raw \
   "vs qemu(>=1.5)" "vs raw(>=75%)"
 for kind in full thin; do
