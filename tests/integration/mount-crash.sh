@@ -10,8 +10,9 @@ D=$TMP/disk MP=$TMP/mnt
 mkdir -p "$MP"
 new_disk "$D" 512M
 dev=$(att_mount "$D" "$MP")
-pid=$(att_list | grep -F "$(realpath "$D")" | grep -o 'pid=[0-9]*' | cut -d= -f2)
-[[ -n $pid ]] && kill -0 "$pid" || fail "no daemon pid for $D"
+read -r pid state < <(att_daemon "$D")
+[[ -n $pid && $state == alive ]] || fail "no live daemon listed for $D"
+kill -0 "$pid" || fail "daemon $pid of $D is not running"
 
 manifest=$TMP/manifest
 : >"$manifest"
@@ -33,7 +34,7 @@ timeout 30 bash -c "head -c 4M /dev/urandom >'$MP/after' && sync '$MP/after'" 2>
 [[ $rc -ne 124 ]] || fail "a write on the orphaned mount hung"
 [[ $rc -ne 0 ]] || fail "a synced write on the orphaned mount succeeded with no daemon"
 timeout 30 blockdev --flushbufs "$dev" 2>/dev/null || true
-att_list | grep -F "$(realpath "$D")" | grep -q "daemon gone" || fail "list does not say the daemon is gone"
+[[ $(att_daemon "$D") == "$pid dead" ]] || fail "list does not say the daemon is gone"
 
 # Snapshots and resizes of a dead attachment are refused with one line.
 expect_fail att_snapshot "$D" >/dev/null

@@ -59,7 +59,7 @@ sdev=$(att_mount -r -u "$guid" "$D" "$SNAP_MP")
 (cd "$SNAP_MP" && sha256sum --quiet -c "$TMP/before-snapshot") || fail "snapshot content differs"
 expect_fail touch "$SNAP_MP/new" >/dev/null
 att_umount "$SNAP_MP"
-no_leaks_dev "$sdev"
+no_leaks_dev "$sdev" "$D" "$guid"
 else
   echo "ploop-nbd has no --snapshot: read-only snapshot mount not tested"
 fi
