@@ -188,7 +188,7 @@ int ploop_convert_format(const char *dir_or_xml, bool to_raw)
   } else {
     src = delta_open_raw(oldpath, d->cluster_sectors, false);
     struct ploop_delta_create_params p = {.size_bytes = d->size_sectors * 512, .cluster_sectors = d->cluster_sectors};
-    if (!src || delta_create_file(newpath, &p, 0) < 0)
+    if (!src || delta_create_file(newpath, &p, false) < 0)
       goto out;
     dst = delta_open(newpath, PLOOP_OPEN_RDWR);
     if (!dst || merge_delta_into(src, dst, true, NULL, NULL, 0, 0) < 0 || delta_close(dst, true) < 0) {

@@ -56,7 +56,7 @@ static int validate_create_params(const char *path, const struct ploop_delta_cre
   return 0;
 }
 
-int delta_create_file(const char *path, const struct ploop_delta_create_params *p, int fd_flags)
+int delta_create_file(const char *path, const struct ploop_delta_create_params *p, bool in_use)
 {
   uint32_t cs = 0;
   uint64_t sectors = 0;
@@ -70,21 +70,29 @@ int delta_create_file(const char *path, const struct ploop_delta_create_params *
   h.bat_entries = (uint32_t)(sectors / cs);
   h.size_sectors = sectors;
   h.flags = PLOOP_CIF_EMPTY;
+  h.in_use = in_use ? PLOOP_IN_USE : PLOOP_CLEAN_V20;
   delta_fill_geometry(&h, sectors);
   uint64_t cluster = (uint64_t)cs * 512;
   uint64_t bat_area = round_up(PLOOP_HEADER_SIZE + 4ull * h.bat_entries, cluster);
   h.first_block = (uint32_t)(bat_area / 512);
 
-  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | fd_flags, 0600);
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
     return ploop_error(errno == EEXIST ? PLOOP_ERR_PARAM : PLOOP_ERR_IO, errno, "%s: create: %s",
                        path, strerror(errno));
-  uint8_t *buf = ploop_aligned_alloc(bat_area);
+  /* Only the header page is written: the rest of the BAT area reads as
+   * zeros (empty slots), so creating a delta costs the same for any size;
+   * that is what keeps a snapshot instant. */
+  uint8_t *buf = ploop_aligned_alloc(PLOOP_ALIGN);
   if (!buf)
     goto fail;
   ploop_header_encode(&h, buf);
-  if (ploop_pwrite_full(fd, buf, bat_area, 0, path) < 0)
+  if (ploop_pwrite_full(fd, buf, PLOOP_ALIGN, 0, path) < 0)
     goto fail;
+  if (ftruncate(fd, (off_t)bat_area) < 0) {
+    ploop_error_os(path, "truncate");
+    goto fail;
+  }
   if (fdatasync(fd) < 0) {
     ploop_error_os(path, "fdatasync");
     goto fail;
@@ -101,7 +109,7 @@ fail:
 
 int ploop_delta_create(const char *path, const struct ploop_delta_create_params *p)
 {
-  if (delta_create_file(path, p, 0) < 0)
+  if (delta_create_file(path, p, false) < 0)
     return -1;
   char *dir = ploop_strdup(path);
   if (!dir)
@@ -297,7 +305,7 @@ struct ploop_delta *delta_open(const char *path, unsigned flags)
     goto fail;
   if (validate_bat(d, file_size) < 0)
     goto fail;
-  if (d->h.in_use == PLOOP_IN_USE && !(flags & PLOOP_OPEN_ALLOW_DIRTY)) {
+  if (d->h.in_use == PLOOP_IN_USE && !(flags & (PLOOP_OPEN_ALLOW_DIRTY | DELTA_OPEN_FRESH))) {
     ploop_error(PLOOP_ERR_BUSY, EBUSY,
                 "%s: image is marked in use (open elsewhere, or not closed cleanly); run 'ploop check -r'",
                 path);
@@ -309,7 +317,8 @@ struct ploop_delta *delta_open(const char *path, unsigned flags)
     ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
     goto fail;
   }
-  if (d->rdwr && delta_set_in_use(d, true) < 0)
+  /* A delta this process just created already carries the mark. */
+  if (d->rdwr && !(flags & DELTA_OPEN_FRESH) && delta_set_in_use(d, true) < 0)
     goto fail;
   return d;
 fail:
@@ -366,6 +375,30 @@ int delta_set_in_use(struct ploop_delta *d, bool in_use)
   /* The format extension (CBT) is dropped, as ploop does on mount. */
   d->h.ext_offset = 0;
   return delta_write_header(d);
+}
+
+int delta_seal(struct ploop_delta *d)
+{
+  if (d->raw)
+    return fdatasync(d->fd) < 0 ? ploop_error_os(d->path, "fdatasync") : 0;
+  d->h.in_use = PLOOP_CLEAN_V20;
+  d->h.ext_offset = 0;
+  pthread_mutex_lock(&d->lock);
+  ploop_header_encode(&d->h, d->bat_raw);
+  bool dirty = d->any_dirty;
+  if (dirty)
+    d->page_dirty[0] = 1; /* the header goes out with the BAT pages, after the data */
+  pthread_mutex_unlock(&d->lock);
+  if (dirty)
+    return delta_flush(d);
+  /* Every BAT entry on disk already points at durable data: the clean mark
+   * and the sync that makes it durable are all that is left. */
+  pthread_mutex_lock(&d->flush_lock);
+  int rc = ploop_pwrite_full(d->fd, d->bat_raw, PLOOP_BAT_PAGE, 0, d->path);
+  if (rc == 0 && fdatasync(d->fd) < 0)
+    rc = ploop_error_os(d->path, "fdatasync");
+  pthread_mutex_unlock(&d->flush_lock);
+  return rc;
 }
 
 int delta_alloc_begin(struct ploop_delta *d, uint64_t vc, uint64_t *off)

@@ -537,7 +537,7 @@ int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_pa
     rc = ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no such directory", dir);
     goto out;
   }
-  if (delta_create_file(delta_path, p, 0) < 0)
+  if (delta_create_file(delta_path, p, false) < 0)
     goto out;
   char real[4096];
   if (!realpath(dir, real)) {

@@ -101,8 +101,14 @@ int delta_flush(struct ploop_delta *d);
 /* Rewrite the header (in bat_raw) and make it durable. */
 int delta_write_header(struct ploop_delta *d);
 int delta_set_in_use(struct ploop_delta *d, bool in_use);
+/* Makes a read-write delta immutable on disk: everything flushed and the
+ * in-use mark cleared, with as few syncs as the rules allow. */
+int delta_seal(struct ploop_delta *d);
 uint64_t delta_count_allocated(const struct ploop_delta *d);
-int delta_create_file(const char *path, const struct ploop_delta_create_params *p, int fd_flags);
+/* A new delta file, durable; IN_USE: created already marked (for a new top). */
+int delta_create_file(const char *path, const struct ploop_delta_create_params *p, bool in_use);
+/* delta_open flag: the file was just created by delta_create_file(in_use=true). */
+#define DELTA_OPEN_FRESH (1u << 16)
 void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors);
 
 /* ---- locking (lock.c) ---- */

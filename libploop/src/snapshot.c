@@ -54,17 +54,15 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
   if (pick_guid(disk->desc, guid, g) < 0 || new_delta_name(disk->desc, file, sizeof file) < 0)
     goto out;
   struct ploop_delta *top = disk->deltas[0];
-  if (delta_flush(top) < 0)
-    goto out;
   snprintf(path, sizeof path, "%s/%s", disk->dir, file);
   struct ploop_delta_create_params p = {
       .size_bytes = disk->size_bytes,
       .cluster_sectors = disk->desc->cluster_sectors,
       .version = top->raw ? 2 : top->h.version,
   };
-  if (delta_create_file(path, &p, 0) < 0)
+  if (delta_create_file(path, &p, true) < 0)
     goto out;
-  nt = delta_open(path, PLOOP_OPEN_RDWR);
+  nt = delta_open(path, PLOOP_OPEN_RDWR | DELTA_OPEN_FRESH);
   if (!nt)
     goto fail_unlink;
   nd = descriptor_dup(disk->desc);
@@ -74,9 +72,12 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
   if (descriptor_add_image(nd, PLOOP_TOP_GUID, file, g) < 0)
     goto fail_unlink;
   snprintf(nd->top_guid, sizeof nd->top_guid, "%s", PLOOP_TOP_GUID);
-  /* The old top is now immutable: close it cleanly on disk first. */
-  if (delta_set_in_use(top, false) < 0)
+  /* The old top becomes immutable: every acknowledged write and its BAT
+   * entry durable, the in-use mark cleared, before the descriptor says so. */
+  if (delta_seal(top) < 0) {
+    top->h.in_use = PLOOP_IN_USE;
     goto fail_unlink;
+  }
   if (ploop_descriptor_save(nd) < 0) {
     delta_set_in_use(top, true);
     goto fail_unlink;
@@ -103,14 +104,57 @@ out:
   return rc;
 }
 
+/* Offline: the top is closed and clean, so nothing in it changes; a new
+ * clean delta and the descriptor rewrite are the whole job. */
 int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out)
 {
-  struct ploop_disk *disk = ploop_disk_open(dir_or_xml, NULL, PLOOP_OPEN_RDWR);
-  if (!disk)
+  int lock;
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  if (!d)
     return -1;
-  int rc = ploop_disk_snapshot(disk, guid, out);
-  if (ploop_disk_close(disk) < 0)
-    rc = -1;
+  int rc = -1;
+  char g[PLOOP_UUID_LEN + 1], file[1024], path[4096];
+  struct ploop_delta *top = NULL;
+  size_t idx[PLOOP_MAX_DELTAS];
+  int n = ploop_descriptor_chain(d, NULL, idx, PLOOP_MAX_DELTAS);
+  if (n < 0)
+    goto out;
+  if (n >= (int)PLOOP_MAX_DELTAS - 1) {
+    ploop_error(PLOOP_ERR_PARAM, EMLINK, "%s: at most %u snapshots", d->dir, PLOOP_MAX_DELTAS - 2);
+    goto out;
+  }
+  if (pick_guid(d, guid, g) < 0 || new_delta_name(d, file, sizeof file) < 0)
+    goto out;
+  const struct ploop_image_desc *ti = ploop_descriptor_find_image(d, PLOOP_TOP_GUID);
+  char *tpath = ploop_descriptor_image_path(d, ti);
+  if (!tpath)
+    goto out;
+  /* Opening validates the top and refuses one marked in use. */
+  top = ti->plain ? delta_open_raw(tpath, d->cluster_sectors, false) : delta_open(tpath, PLOOP_OPEN_RDONLY);
+  free(tpath);
+  if (!top)
+    goto out;
+  snprintf(path, sizeof path, "%s/%s", d->dir, file);
+  struct ploop_delta_create_params p = {
+      .size_bytes = top->raw ? d->size_sectors * 512 : top->h.size_sectors * 512,
+      .cluster_sectors = d->cluster_sectors,
+      .version = top->raw ? 2 : top->h.version,
+  };
+  if (delta_create_file(path, &p, false) < 0)
+    goto out;
+  descriptor_rename_guid(d, PLOOP_TOP_GUID, g);
+  snprintf(d->top_guid, sizeof d->top_guid, "%s", PLOOP_TOP_GUID);
+  if (descriptor_add_image(d, PLOOP_TOP_GUID, file, g) < 0 || ploop_descriptor_save(d) < 0) {
+    unlink(path);
+    goto out;
+  }
+  if (out)
+    snprintf(out, PLOOP_UUID_LEN + 1, "%s", g);
+  rc = 0;
+out:
+  delta_close(top, false);
+  ploop_unlock_disk(lock);
+  ploop_descriptor_free(d);
   return rc;
 }
 
@@ -177,7 +221,7 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid)
       .cluster_sectors = d->cluster_sectors,
       .version = snap->raw ? 2 : snap->h.version,
   };
-  if (delta_create_file(path, &p, 0) < 0)
+  if (delta_create_file(path, &p, false) < 0)
     goto out;
   descriptor_remove_image(d, PLOOP_TOP_GUID);
   d->size_sectors = snap->h.size_sectors;
