@@ -28,6 +28,7 @@ assert_no_leaks() {
   if grep -q "$CTROOT/$name/" /proc/mounts; then fail "mounts left: $(grep "$CTROOT/$name/" /proc/mounts)"; fi
   if losetup -a | grep -q "$CTROOT/$name/"; then fail "loop devices left: $(losetup -a | grep "$CTROOT/$name/")"; fi
   if grep -qs "$CTROOT/$name" /run/ploop/attach/* 2>/dev/null; then fail "attach state left for $name"; fi
+  if pgrep -f "ploop-nbd.*$CTROOT/$name/" >/dev/null; then fail "ploop-nbd daemon left for $name"; fi
   local cg
   cg=$(ct_cgroups "$name")
   [[ -z $cg ]] || fail "cgroups left: $cg"

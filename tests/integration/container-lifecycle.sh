@@ -65,6 +65,14 @@ err=$(expect_fail ct stop life)
 # Writes survive stop/start.
 [[ $(ct run life -- cat /root/after) == after ]] || fail "write lost across stop/start"
 
+# A snapshot of a stopped container is taken offline and mounts the same way.
+snap2=$(ct snapshot life)
+[[ -n $snap2 && $snap2 != "$snap" ]] || fail "offline snapshot id '$snap2'"
+ct mount life --snapshot "$snap2" "$TMP/snap"
+[[ $(cat "$TMP/snap/root/after") == after ]] || fail "offline snapshot lacks data"
+ct umount life "$TMP/snap"
+assert_no_leaks life
+
 ct destroy life
 [[ ! -e $CTROOT/life ]] || fail "destroy left files"
 assert_no_leaks life

@@ -103,7 +103,7 @@ kill $TPID; wait $TPID || fail "TCP server exit status"
 [[ ! -e $TMP/tcp.pid ]] || fail "pid file left behind"
 
 # ---- socket activation: libnbd's captive syntax ---------------------
-[[ $(nbdinfo --size -- [ "$PLOOP_NBD" "$TMP/disk" ]) == 268435456 ]] || fail "socket activation"
+[[ $(nbdinfo --size -- [ "$PLOOP_NBD" -s "$TMP/disk" ]) == 268435456 ]] || fail "socket activation"
 nbdcopy -- [ "$PLOOP_NBD" "$TMP/disk" ] "$TMP/act.raw"
 cmp <(head -c $((1024 * 1024 + 65536)) "$TMP/act.raw" | tail -c 64k) <(head -c 64k /dev/zero | tr '\0' '\253') ||
   fail "FUA write not visible after restart"

@@ -482,3 +482,65 @@ Test(disk, v1_image_reads_through_sector_entries)
   expect_zeros(disk, 3 << 20, 1 << 20);
   OK(ploop_disk_close(disk));
 }
+
+Test(disk, qemu_image_with_partial_last_cluster)
+{
+  /* qemu rounds the size to a sector, not a cluster: 1000000 B -> 1000448 B
+   * in 16 clusters of 64 KiB. Reads and writes must stop at the real end. */
+  if (!have_cmd("qemu-img") || !have_cmd("qemu-io"))
+    cr_skip_test("qemu-img/qemu-io not installed");
+  const char *p = tpath("root.hds");
+  char cmd[3 * PATH_MAX];
+  snprintf(cmd, sizeof cmd,
+           "qemu-img create -q -f parallels -o cluster_size=64K %s 1000000 && "
+           "qemu-io -c 'write -q -P 0x33 999936 512' %s",
+           p, p);
+  cr_assert_eq(system(cmd), 0);
+  char xml[4096];
+  snprintf(xml, sizeof xml,
+           "<?xml version=\"1.0\"?>\n<Parallels_disk_image><Disk_Parameters>"
+           "<Disk_size>1954</Disk_size><Cylinders>1</Cylinders><Heads>16</Heads>"
+           "<Sectors>63</Sectors><Padding>0</Padding></Disk_Parameters><StorageData><Storage>"
+           "<Start>0</Start><End>1954</End><Blocksize>128</Blocksize><Image><GUID>%s</GUID>"
+           "<Type>Compressed</Type><File>root.hds</File></Image></Storage></StorageData>"
+           "<Snapshots><TopGUID>%s</TopGUID><Shot><GUID>%s</GUID><ParentGUID>%s</ParentGUID>"
+           "</Shot></Snapshots></Parallels_disk_image>\n",
+           PLOOP_TOP_GUID, PLOOP_TOP_GUID, PLOOP_TOP_GUID, PLOOP_NULL_GUID);
+  write_text(tpath("DiskDescriptor.xml"), xml);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  cr_assert_eq(ploop_disk_size(disk), 1000448);
+  uint8_t b[512];
+  OK(ploop_disk_pread(disk, b, 512, 999936));
+  for (int i = 0; i < 512; i++)
+    cr_assert_eq(b[i], 0x33);
+  cr_assert_eq(ploop_disk_pread(disk, b, 512, 1000448), -1, "read past the real end");
+  cr_assert_eq(ploop_disk_pwrite(disk, b, 1, 1000448, 0), -1, "write past the real end");
+  memset(b, 0x44, sizeof b);
+  OK(ploop_disk_pwrite(disk, b, 100, 1000448 - 100, 0));
+  OK(ploop_disk_pwrite(disk, b, 512, 0, 0));
+  OK(ploop_disk_close(disk));
+  /* qemu still reads it and finds it consistent. */
+  snprintf(cmd, sizeof cmd,
+           "qemu-img check -q -f parallels %s && "
+           "qemu-io -c 'read -q -P 0x44 0 512' -c 'read -q -P 0x33 999936 412' "
+           "-c 'read -q -P 0x44 1000348 100' %s",
+           p, p);
+  cr_assert_eq(system(cmd), 0, "qemu disagrees with what we wrote");
+}
+
+Test(disk, qemu_img_check_accepts_our_image)
+{
+  if (!have_cmd("qemu-img"))
+    cr_skip_test("qemu-img not installed");
+  struct ploop_disk *disk = open_rw();
+  /* Random-ish writes, including partial and cross-cluster ones. */
+  for (uint32_t i = 0; i < 60; i++) {
+    uint64_t off = (pattern_byte(i, 0) * 65537ull + i * 7919ull) % (DISK_SIZE - 70000);
+    size_t len = 1 + (pattern_byte(i, 1) * 263u) % 70000;
+    put(disk, i, off, len);
+  }
+  OK(ploop_disk_close(disk));
+  char cmd[PATH_MAX + 64];
+  snprintf(cmd, sizeof cmd, "qemu-img check -q -f parallels %s", tpath("root.hds"));
+  cr_assert_eq(system(cmd), 0, "qemu-img check found problems (leaks or corruption)");
+}

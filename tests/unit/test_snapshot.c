@@ -520,7 +520,7 @@ Test(snapshot, stack_depth_is_limited)
   while (made < PLOOP_MAX_DELTAS + 2 && ploop_snapshot_create(test_dir, NULL, g) == 0)
     made++;
   /* ploop refuses a snapshot once the disk has 126 images ("n > 128-2"): at most
-   * 126 snapshots: base + 125 snapshots + top = 127 images (ploop's "n > 128-2"). */
+   * 126 snapshots (every image but the top), 127 images in all. */
   cr_assert_eq(made, PLOOP_MAX_DELTAS - 2, "made %u snapshots; limit is %u snapshots", made,
                PLOOP_MAX_DELTAS - 2);
   cr_assert_eq(n_images(), PLOOP_MAX_DELTAS - 1);
