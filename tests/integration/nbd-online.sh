@@ -157,10 +157,16 @@ s.recv(10)
 r = subprocess.run([sys.argv[3], "--ctl", sys.argv[4], "MERGE"], capture_output=True, text=True)
 assert r.returncode != 0 and "exported" in r.stderr, r
 PY
+# Merge while a client rewrites the whole disk: no write may be lost.
+head -c 128M /dev/urandom >"$TMP/gen2.raw"
+nbdcopy --flush --request-size=262144 "$TMP/gen2.raw" "$U" &
+CPID=$!
+sleep 0.1
 $PLOOP_NBD --ctl "$TMP/disk" MERGE >/dev/null || fail "online merge"
+wait $CPID || fail "nbdcopy during the merge"
 nbdinfo --list "$U" | grep -q "@" && fail "merged snapshot still listed"
 nbdcopy "$U" "$TMP/merged.raw"
-cmp "$TMP/live.raw" "$TMP/merged.raw" || fail "data changed by the online merge"
+cmp "$TMP/gen2.raw" "$TMP/merged.raw" || fail "writes lost or data changed by the online merge"
 
 # ---- dirty tracking ----------------------------------------------------
 $PLOOP_NBD --ctl "$TMP/disk" DIRTY START >/dev/null
