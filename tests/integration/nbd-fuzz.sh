@@ -13,6 +13,7 @@ mkdir -p "$TMP/disk"
 $PLOOP init -s 64M "$TMP/disk/root.hds" >/dev/null
 head -c 8M /dev/urandom >"$TMP/seed.raw"
 truncate -s 64M "$TMP/seed.raw"
+export PLOOP_RUN_DIR=$TMP/run
 SOCK=$TMP/nbd.sock
 $PLOOP_NBD -U "$SOCK" "$TMP/disk" 2>"$TMP/server.log" &
 SPID=$!
@@ -21,10 +22,10 @@ for _ in $(seq 50); do [[ -S $SOCK ]] && break; sleep 0.1; done
 [[ -S $SOCK ]] || fail "server did not start: $(cat "$TMP/server.log")"
 nbdcopy "$TMP/seed.raw" "nbd+unix:///?socket=$SOCK"
 
-python3 - "$SOCK" <<'PY'
+python3 - "$SOCK" "$($PLOOP_NBD --ctl-path "$TMP/disk")" <<'PY'
 import os, random, socket, struct, sys, time
 
-SOCK = sys.argv[1]
+SOCK, CTL = sys.argv[1], sys.argv[2]
 NBDMAGIC, IHAVEOPT, REPMAGIC = 0x4e42444d41474943, 0x49484156454F5054, 0x3e889045565a9
 REQ, SIMPLE, STRUCT = 0x25609513, 0x67446698, 0x668e33ef
 ERR_UNSUP, ERR_INVALID, ERR_UNKNOWN = 2**31 + 1, 2**31 + 3, 2**31 + 6
@@ -271,6 +272,28 @@ for f in flood:
     f.close()
 time.sleep(0.5)
 s = transmission(); request(s, 0, 0, 512, cookie=1); ok(simple(s) == (0, 1), "served after the flood"); s.close()
+# ---- the control socket: garbage, overlong lines, bad arguments ----------
+def ctl(lines, raw=None):
+    c = socket.socket(socket.AF_UNIX); c.settimeout(10); c.connect(CTL)
+    f = c.makefile("rwb")
+    ok(f.readline().startswith(b"ploop-nbd 1 "), "control greeting")
+    out = []
+    if raw is not None:
+        c.sendall(raw)
+        out.append(f.readline())
+    for l in lines:
+        f.write(l + b"\n"); f.flush()
+        out.append(f.readline())
+    c.close()
+    return out
+for bad in (b"", b"NOPE", b"RESIZE", b"RESIZE -5", b"RESIZE 99999999999999999999", b"DIRTY",
+            b"DIRTY GET", b"MERGE {not-a-uuid}", b"SNAPSHOT x\x00y", b"\xff\xfe" * 50):
+    r = ctl([bad])[0]
+    ok(r.startswith(b"ERR ") and r.endswith(b"\n"), "control %r -> ERR (got %r)" % (bad[:20], r))
+r = ctl([], raw=b"A" * 10000)[0]
+ok(r.startswith(b"ERR "), "overlong control line -> ERR")
+ok(ctl([b"INFO"])[0].startswith(b"OK {"), "control still answers")
+healthy_ok()
 request(healthy, 2); ok(closed(healthy), "healthy client disconnects cleanly")
 print("fuzz: %d checks passed" % checks)
 PY
