@@ -58,6 +58,21 @@ static int validate_create_params(const char *path, const struct ploop_delta_cre
 
 int delta_create_file(const char *path, const struct ploop_delta_create_params *p, bool in_use)
 {
+  int fd;
+  if (delta_create_file_nosync(path, p, in_use, &fd) < 0)
+    return -1;
+  if (fdatasync(fd) < 0) {
+    ploop_error_os(path, "fdatasync");
+    close(fd);
+    unlink(path);
+    return -1;
+  }
+  close(fd);
+  return 0;
+}
+
+int delta_create_file_nosync(const char *path, const struct ploop_delta_create_params *p, bool in_use, int *fd_out)
+{
   uint32_t cs = 0;
   uint64_t sectors = 0;
   int version = 0;
@@ -93,12 +108,8 @@ int delta_create_file(const char *path, const struct ploop_delta_create_params *
     ploop_error_os(path, "truncate");
     goto fail;
   }
-  if (fdatasync(fd) < 0) {
-    ploop_error_os(path, "fdatasync");
-    goto fail;
-  }
   free(buf);
-  close(fd);
+  *fd_out = fd;
   return 0;
 fail:
   free(buf);
@@ -377,27 +388,38 @@ int delta_set_in_use(struct ploop_delta *d, bool in_use)
   return delta_write_header(d);
 }
 
-int delta_seal(struct ploop_delta *d)
+int delta_seal_begin(struct ploop_delta *d)
 {
   if (d->raw)
-    return fdatasync(d->fd) < 0 ? ploop_error_os(d->path, "fdatasync") : 0;
+    return 0;
   d->h.in_use = PLOOP_CLEAN_V20;
   d->h.ext_offset = 0;
   pthread_mutex_lock(&d->lock);
   ploop_header_encode(&d->h, d->bat_raw);
-  bool dirty = d->any_dirty;
-  if (dirty)
-    d->page_dirty[0] = 1; /* the header goes out with the BAT pages, after the data */
+  d->page_dirty[0] = 1; /* the clean mark goes out with the BAT pages */
+  d->any_dirty = true;
+  size_t n = 0;
+  for (size_t i = 0; i < d->n_pages; i++)
+    n += d->page_dirty[i];
+  bool bat_dirty = n > 1 || d->page_dirty[0] == 0;
   pthread_mutex_unlock(&d->lock);
-  if (dirty)
-    return delta_flush(d);
-  /* Every BAT entry on disk already points at durable data: the clean mark
-   * and the sync that makes it durable are all that is left. */
-  pthread_mutex_lock(&d->flush_lock);
-  int rc = ploop_pwrite_full(d->fd, d->bat_raw, PLOOP_BAT_PAGE, 0, d->path);
-  if (rc == 0 && fdatasync(d->fd) < 0)
-    rc = ploop_error_os(d->path, "fdatasync");
-  pthread_mutex_unlock(&d->flush_lock);
+  /* BAT entries may point at data written since the last flush: that data
+   * is made durable before any page is written (rule 1). When only the
+   * header changes, every entry on disk is already backed by durable data. */
+  if (bat_dirty && fdatasync(d->fd) < 0)
+    return ploop_error_os(d->path, "fdatasync");
+  int rc = 0;
+  pthread_mutex_lock(&d->lock);
+  for (size_t i = 0; i < d->n_pages && rc == 0; i++)
+    if (d->page_dirty[i]) {
+      rc = ploop_pwrite_full(d->fd, d->bat_raw + i * PLOOP_BAT_PAGE, PLOOP_BAT_PAGE, (uint64_t)i * PLOOP_BAT_PAGE,
+                             d->path);
+      if (rc == 0)
+        d->page_dirty[i] = 0;
+    }
+  if (rc == 0)
+    d->any_dirty = false;
+  pthread_mutex_unlock(&d->lock);
   return rc;
 }
 

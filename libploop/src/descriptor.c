@@ -478,8 +478,9 @@ static void add_u64(xmlNode *parent, const char *name, uint64_t v)
   add_text(parent, name, buf);
 }
 
-int ploop_descriptor_save(const struct ploop_descriptor *d)
+int descriptor_write_tmp(const struct ploop_descriptor *d, int *tmp_fd)
 {
+  *tmp_fd = -1;
   xmlDoc *doc = xmlNewDoc((const xmlChar *)"1.0");
   xmlNode *root = xmlNewNode(NULL, (const xmlChar *)"Parallels_disk_image");
   xmlNewProp(root, (const xmlChar *)"Version", (const xmlChar *)"1.0");
@@ -527,34 +528,57 @@ int ploop_descriptor_save(const struct ploop_descriptor *d)
   xmlFreeDoc(doc);
   if (!mem)
     return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
-  char *tmp = NULL, *path = NULL;
+  char tmp[4096];
   int rc = -1;
-  if (asprintf(&tmp, "%s/%s.tmp", d->dir, PLOOP_DESCRIPTOR_NAME) < 0 ||
-      asprintf(&path, "%s/%s", d->dir, PLOOP_DESCRIPTOR_NAME) < 0) {
-    rc = ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
-    goto out;
-  }
+  snprintf(tmp, sizeof tmp, "%s/%s.tmp", d->dir, PLOOP_DESCRIPTOR_NAME);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     ploop_error_os(tmp, "create");
     goto out;
   }
-  if (write(fd, mem, (size_t)len) != len || fsync(fd) < 0) {
+  if (write(fd, mem, (size_t)len) != len) {
     ploop_error_os(tmp, "write");
     close(fd);
     unlink(tmp);
     goto out;
   }
-  close(fd);
-  if (rename(tmp, path) < 0) {
-    ploop_error_os(path, "rename");
-    unlink(tmp);
-    goto out;
-  }
-  rc = ploop_fsync_dir(d->dir);
+  *tmp_fd = fd;
+  rc = 0;
 out:
   xmlFree(mem);
-  free(tmp);
-  free(path);
   return rc;
+}
+
+int descriptor_commit_tmp(const struct ploop_descriptor *d, int tmp_fd, bool synced)
+{
+  char tmp[4096], path[4096];
+  snprintf(tmp, sizeof tmp, "%s/%s.tmp", d->dir, PLOOP_DESCRIPTOR_NAME);
+  snprintf(path, sizeof path, "%s/%s", d->dir, PLOOP_DESCRIPTOR_NAME);
+  int rc = 0;
+  if (!synced && fsync(tmp_fd) < 0)
+    rc = ploop_error_os(tmp, "fsync");
+  close(tmp_fd);
+  if (rc == 0 && rename(tmp, path) < 0)
+    rc = ploop_error_os(path, "rename");
+  if (rc < 0) {
+    unlink(tmp);
+    return -1;
+  }
+  return ploop_fsync_dir(d->dir);
+}
+
+void descriptor_abort_tmp(const struct ploop_descriptor *d, int tmp_fd)
+{
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s/%s.tmp", d->dir, PLOOP_DESCRIPTOR_NAME);
+  close(tmp_fd);
+  unlink(tmp);
+}
+
+int ploop_descriptor_save(const struct ploop_descriptor *d)
+{
+  int fd;
+  if (descriptor_write_tmp(d, &fd) < 0)
+    return -1;
+  return descriptor_commit_tmp(d, fd, false);
 }

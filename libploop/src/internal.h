@@ -101,12 +101,15 @@ int delta_flush(struct ploop_delta *d);
 /* Rewrite the header (in bat_raw) and make it durable. */
 int delta_write_header(struct ploop_delta *d);
 int delta_set_in_use(struct ploop_delta *d, bool in_use);
-/* Makes a read-write delta immutable on disk: everything flushed and the
- * in-use mark cleared, with as few syncs as the rules allow. */
-int delta_seal(struct ploop_delta *d);
+/* Makes a read-write delta immutable on disk: its data durable, its BAT
+ * pages and the cleared in-use mark written; the caller issues the final
+ * fdatasync of d->fd (together with others). The caller excludes all I/O. */
+int delta_seal_begin(struct ploop_delta *d);
 uint64_t delta_count_allocated(const struct ploop_delta *d);
 /* A new delta file, durable; IN_USE: created already marked (for a new top). */
 int delta_create_file(const char *path, const struct ploop_delta_create_params *p, bool in_use);
+/* The same, left unsynced: *FD is the open file, for the caller to sync (aio_sync_all). */
+int delta_create_file_nosync(const char *path, const struct ploop_delta_create_params *p, bool in_use, int *fd);
 /* delta_open flag: the file was just created by delta_create_file(in_use=true). */
 #define DELTA_OPEN_FRESH (1u << 16)
 void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors);
@@ -169,6 +172,12 @@ int descriptor_add_image(struct ploop_descriptor *d, const char *guid, const cha
 void descriptor_remove_image(struct ploop_descriptor *d, const char *guid);
 struct ploop_snapshot_desc *descriptor_find_shot(struct ploop_descriptor *d, const char *guid);
 struct ploop_descriptor *descriptor_dup(const struct ploop_descriptor *d);
+/* The atomic save in two halves, so a caller can sync the .tmp together
+ * with other files: write DIR/DiskDescriptor.xml.tmp (not synced), then
+ * fsync (unless SYNCED) + rename + fsync the directory. */
+int descriptor_write_tmp(const struct ploop_descriptor *d, int *tmp_fd);
+int descriptor_commit_tmp(const struct ploop_descriptor *d, int tmp_fd, bool synced);
+void descriptor_abort_tmp(const struct ploop_descriptor *d, int tmp_fd);
 /* Renames image GUID FROM to TO everywhere (images, shots, parents, top). */
 void descriptor_rename_guid(struct ploop_descriptor *d, const char *from, const char *to);
 /* Number of shots whose parent is GUID. */

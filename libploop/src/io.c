@@ -95,3 +95,28 @@ int aio_run(struct ploop_aio *a)
   a->n = 0;
   return err;
 }
+
+int aio_sync_all(const int *fds, const char *const *paths, unsigned n)
+{
+  struct ploop_aio a;
+  int rc = -1;
+  if (aio_init(&a, n) == 0) {
+    for (unsigned i = 0; i < n; i++) {
+      io_prep_fdsync(&a.cbs[i], fds[i]);
+      a.cbs[i].data = (void *)(uintptr_t)i;
+      a.ptrs[i] = &a.cbs[i];
+      a.paths[i] = paths[i];
+    }
+    a.n = n;
+    rc = aio_run(&a);
+    aio_destroy(&a);
+  }
+  if (rc == 0)
+    return 0;
+  if (ploop_get_errno() != EINVAL && ploop_get_errno() != EOPNOTSUPP && ploop_get_errno() != ENOSYS)
+    return -1;
+  for (unsigned i = 0; i < n; i++)
+    if (fdatasync(fds[i]) < 0)
+      return ploop_error_os(paths[i], "fdatasync");
+  return 0;
+}

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "io.h"
 
 /* A file name for a new delta beside the base image: "<base>.{uuid}". */
 static int new_delta_name(const struct ploop_descriptor *desc, char *out, size_t len)
@@ -44,9 +45,9 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
   char g[PLOOP_UUID_LEN + 1], file[1024], path[4096];
   struct ploop_descriptor *nd = NULL;
   struct ploop_delta *nt = NULL;
-  int rc = -1;
+  int rc = -1, dfd = -1, tfd = -1;
   pthread_rwlock_wrlock(&disk->rw); /* drains in-flight I/O: nothing acknowledged is left out */
-  /* 128 images at most, as ploop: the base, 126 snapshots above it, the top. */
+  /* 127 images at most, as ploop: 126 snapshots and the top. */
   if (disk->n >= PLOOP_MAX_DELTAS - 1) {
     ploop_error(PLOOP_ERR_PARAM, EMLINK, "%s: at most %u snapshots", disk->dir, PLOOP_MAX_DELTAS - 2);
     goto out;
@@ -60,7 +61,7 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
       .cluster_sectors = disk->desc->cluster_sectors,
       .version = top->raw ? 2 : top->h.version,
   };
-  if (delta_create_file(path, &p, true) < 0)
+  if (delta_create_file_nosync(path, &p, true, &dfd) < 0)
     goto out;
   nt = delta_open(path, PLOOP_OPEN_RDWR | DELTA_OPEN_FRESH);
   if (!nt)
@@ -72,16 +73,22 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
   if (descriptor_add_image(nd, PLOOP_TOP_GUID, file, g) < 0)
     goto fail_unlink;
   snprintf(nd->top_guid, sizeof nd->top_guid, "%s", PLOOP_TOP_GUID);
+  if (descriptor_write_tmp(nd, &tfd) < 0)
+    goto fail_unlink;
   /* The old top becomes immutable: every acknowledged write and its BAT
-   * entry durable, the in-use mark cleared, before the descriptor says so. */
-  if (delta_seal(top) < 0) {
-    top->h.in_use = PLOOP_IN_USE;
-    goto fail_unlink;
+   * entry durable, the in-use mark cleared, before the descriptor says so.
+   * Its last sync, the new delta's and the descriptor's run at once. */
+  if (delta_seal_begin(top) < 0)
+    goto fail_seal;
+  int fds[3] = {top->fd, dfd, tfd};
+  const char *paths[3] = {top->path, path, "DiskDescriptor.xml.tmp"};
+  if (aio_sync_all(fds, paths, 3) < 0)
+    goto fail_seal;
+  if (descriptor_commit_tmp(nd, tfd, true) < 0) {
+    tfd = -1;
+    goto fail_seal;
   }
-  if (ploop_descriptor_save(nd) < 0) {
-    delta_set_in_use(top, true);
-    goto fail_unlink;
-  }
+  close(dfd);
   top->rdwr = false;
   memmove(&disk->deltas[1], &disk->deltas[0], disk->n * sizeof disk->deltas[0]);
   disk->deltas[0] = nt;
@@ -94,7 +101,14 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
     snprintf(out, PLOOP_UUID_LEN + 1, "%s", g);
   rc = 0;
   goto out;
+fail_seal:
+  top->h.in_use = PLOOP_IN_USE; /* still the top: put the mark back */
+  delta_write_header(top);
 fail_unlink:
+  if (tfd >= 0)
+    descriptor_abort_tmp(nd, tfd);
+  if (dfd >= 0)
+    close(dfd);
   delta_close(nt, false);
   nt = NULL;
   unlink(path);
@@ -140,11 +154,27 @@ int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out)
       .cluster_sectors = d->cluster_sectors,
       .version = top->raw ? 2 : top->h.version,
   };
-  if (delta_create_file(path, &p, false) < 0)
+  int dfd, tfd;
+  if (delta_create_file_nosync(path, &p, false, &dfd) < 0)
     goto out;
   descriptor_rename_guid(d, PLOOP_TOP_GUID, g);
   snprintf(d->top_guid, sizeof d->top_guid, "%s", PLOOP_TOP_GUID);
-  if (descriptor_add_image(d, PLOOP_TOP_GUID, file, g) < 0 || ploop_descriptor_save(d) < 0) {
+  if (descriptor_add_image(d, PLOOP_TOP_GUID, file, g) < 0 || descriptor_write_tmp(d, &tfd) < 0) {
+    close(dfd);
+    unlink(path);
+    goto out;
+  }
+  /* Two syncs at once (the new delta, the descriptor), then the rename. */
+  int fds[2] = {dfd, tfd};
+  const char *paths[2] = {path, "DiskDescriptor.xml.tmp"};
+  int src = aio_sync_all(fds, paths, 2);
+  close(dfd);
+  if (src < 0) {
+    descriptor_abort_tmp(d, tfd);
+    unlink(path);
+    goto out;
+  }
+  if (descriptor_commit_tmp(d, tfd, true) < 0) {
     unlink(path);
     goto out;
   }
