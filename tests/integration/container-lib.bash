@@ -18,8 +18,19 @@ _ct_cleanup() {
 }
 cleanup _ct_cleanup
 
+# The cgroup parent of containers under $CTROOT: ploop-container-<FNV-1a 32
+# of the root path> (cgroup.c group_name), so stale groups of other runs do
+# not count.
+ct_cgroup_parent() {
+  local s=$CTROOT h=2166136261 i c
+  for ((i = 0; i < ${#s}; i++)); do
+    printf -v c '%d' "'${s:i:1}"
+    h=$(( ((h ^ c) * 16777619) & 0xffffffff ))
+  done
+  printf 'ploop-container-%08x' "$h"
+}
 # The cgroup directories of container NAME in every hierarchy (empty when gone).
-ct_cgroups() { find /sys/fs/cgroup -maxdepth 4 -type d -path "*ploop-container*" -name "$1" 2>/dev/null; }
+ct_cgroups() { find /sys/fs/cgroup -maxdepth 4 -type d -path "*/$(ct_cgroup_parent)/*" -name "$1" 2>/dev/null; }
 
 # Asserts nothing of container NAME is left on the host: mounts, loop devices
 # over its files, attach state, cgroups.

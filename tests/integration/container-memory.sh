@@ -61,14 +61,15 @@ out=$(ct run m1 --pids 10 -- /bin/sh -c '/bin/sh -c "for i in \$(seq 40); do sle
 procs=${out##*procs=}
 [[ $procs -le 10 ]] || fail "$procs processes under --pids 10"
 
-# With swap: the same kind of hog fits in RAM+swap and really swaps.
+# With swap: the same kind of hog (a 96M string peaks near 200M in ash) fits
+# in RAM+swap and really swaps.
 swapfile=$TMP/swapfile
-if ! { dd if=/dev/zero of="$swapfile" bs=1M count=384 status=none && chmod 600 "$swapfile" &&
+if ! { dd if=/dev/zero of="$swapfile" bs=1M count=640 status=none && chmod 600 "$swapfile" &&
        mkswap "$swapfile" >/dev/null 2>&1 && swapon "$swapfile" 2>/dev/null; }; then
   echo "NOTE: swapon failed on this host: skipping the --swap part"
 else
   cleanup "swapoff '$swapfile'"
-  ct start m1 --memory 64M --swap 256M -- /bin/sh -c "$(hog 125829120 'echo done > /tmp/filled; while :; do sleep 1; done')"
+  ct start m1 --memory 64M --swap 448M -- /bin/sh -c "$(hog 100663296 'echo done > /tmp/filled; while :; do sleep 1; done')"
   wait_running m1
   cg=$(memcg m1)
   for i in $(seq 300); do [[ -e $CTROOT/m1/rootfs/tmp/filled ]] && break; sleep 0.1; done

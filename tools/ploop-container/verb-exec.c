@@ -1,4 +1,7 @@
 /* `exec NAME -- CMD...`: a new process inside a running container. */
+#include <stdio.h>
+#include <unistd.h>
+
 #include "container.h"
 #include "error.h"
 #include "verbs.h"
@@ -16,5 +19,15 @@ int verb_exec(int argc, char **argv)
     cmd++;
   if (cmd >= argc)
     return ct_usage("usage: exec NAME -- CMD...");
-  return container_exec(name, &argv[cmd]);
+  int rc = container_exec(name, &argv[cmd]);
+  /* This process may now sit in the container's namespaces (its children
+   * in its pid namespace): leave without at-exit handlers, which may fork
+   * (LeakSanitizer's stop-the-world tracer spins forever in there). So the
+   * error is printed here rather than by main(). */
+  if (rc < 0) {
+    fprintf(stderr, "ploop-container: %s\n", ct_error());
+    rc = ct_error_code();
+  }
+  fflush(NULL);
+  _exit(rc);
 }
