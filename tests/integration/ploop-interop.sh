@@ -70,7 +70,8 @@ qemu-img compare -f parallels -F raw "$TMP/disk/root.hds" "$TMP/src2.raw" || fai
 $PLOOP import -v 1 "$TMP/src.raw" "$TMP/disk-v1" >/dev/null
 qemu-img compare -f parallels -F raw "$TMP/disk-v1/root.hds" "$TMP/src.raw" || fail "v1 image"
 qemu-img check -f parallels "$TMP/disk-v1/root.hds" >/dev/null || fail "qemu-img check v1"
-$PLOOP import -b 128 "$TMP/src.raw" "$TMP/disk-64k" >/dev/null
+# (a bounded wait: an import that hangs must fail the test, not stall CI)
+timeout 120 $PLOOP import -b 128 "$TMP/src.raw" "$TMP/disk-64k" >/dev/null || fail "import -b 128 failed or hung"
 qemu-img compare -f parallels -F raw "$TMP/disk-64k/root.hds" "$TMP/src.raw" || fail "64K clusters"
 $TOOL header "$TMP/disk-64k/root.hds" | grep -q '"cluster_sectors": 128,' || fail "-b 128 header"
 
