@@ -615,7 +615,7 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
                        : strcmp(fstype, "xfs") == 0   ? "norecovery"
                                                       : NULL;
     if (skip) {
-      char opts[1024];
+      char opts[sizeof(data) + 16];
       snprintf(opts, sizeof(opts), "%s%s%s", data, *data ? "," : "", skip);
       if (mount(dev, mp, fstype, flags, opts) == 0)
         return 0;

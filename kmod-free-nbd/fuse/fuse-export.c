@@ -551,9 +551,6 @@ void ploop_fuse_export_stop(struct ploop_fuse_export *fx)
   bool joined = !fx->thread_started;
   if (fx->thread_started) {
     fuse_session_exit(fx->se);
-    /* New users stop finding the file; the loop device above (if still
-     * bound) keeps the connection, and we still reach it by root_fd. */
-    umount2(fx->mountpoint, MNT_DETACH);
     for (int attempt = 0; attempt < 3 && !atomic_load(&fx->loop_done); attempt++) {
       int fd = fx->root_fd >= 0 ? fcntl(fx->root_fd, F_DUPFD_CLOEXEC, 0) : -1;
       pthread_t t;
@@ -574,9 +571,11 @@ void ploop_fuse_export_stop(struct ploop_fuse_export *fx)
   }
   if (fx->root_fd >= 0)
     close(fx->root_fd);
-  /* Closes the device fd: requests still queued fail (the loop device, if
-   * any is left, gets I/O errors) and the mount goes away. */
+  /* Closes the device fd (requests still queued fail: a loop device left
+   * bound gets I/O errors) and unmounts; libfuse skips the unmount when the
+   * connection was aborted, so detach once more (EINVAL when already gone). */
   fuse_session_unmount(fx->se);
+  umount2(fx->mountpoint, MNT_DETACH);
   if (joined) {
     fuse_session_destroy(fx->se);
     export_free(fx);
