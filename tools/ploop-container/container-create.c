@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -37,7 +38,32 @@ static int fill(const char *root, const char *from)
   return fill_tar(root, from);
 }
 
+/* Create and destroy run to the end once started: an interrupt would leave
+ * a half-made container or a mounted disk. A pending signal takes effect
+ * when they return. */
+static void hold_signals(sigset_t *old)
+{
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGQUIT);
+  sigprocmask(SIG_BLOCK, &set, old);
+}
+
+static int create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk);
+
 int container_create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk)
+{
+  sigset_t old;
+  hold_signals(&old);
+  int rc = create(name, disk_bytes, from, raw_disk);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  return rc;
+}
+
+static int create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk)
 {
   if (ct_check_name(name) < 0)
     return -1;
@@ -87,7 +113,18 @@ fail:
   return ct_wrap("create %s", name);
 }
 
+static int destroy(const char *name);
+
 int container_destroy(const char *name)
+{
+  sigset_t old;
+  hold_signals(&old);
+  int rc = destroy(name);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  return rc;
+}
+
+static int destroy(const char *name)
 {
   if (ct_require(name) < 0)
     return -1;
