@@ -147,9 +147,10 @@ static int run_list(int argc, char **argv)
   } else {
     for (size_t i = 0; i < n; i++) {
       const struct ploop_attach_info *a = &all[i];
-      printf("%-12s %s%s%s %s %s%s\n", a->device, a->disk_dir, a->snapshot_guid[0] ? "@" : "",
-             a->snapshot_guid, a->mount_point[0] ? a->mount_point : "-",
-             a->readonly ? "ro" : "rw", a->daemon_alive ? "" : " (daemon dead: ploop umount it)");
+      printf("%-12s %s%s%s %s %s pid=%d%s\n", a->device, a->disk_dir,
+             a->snapshot_guid[0] ? "@" : "", a->snapshot_guid,
+             a->mount_point[0] ? a->mount_point : "-", a->readonly ? "ro" : "rw",
+             (int)a->daemon_pid, a->daemon_alive ? "" : " daemon gone (ploop umount it)");
     }
   }
   free(all);
@@ -161,9 +162,9 @@ static int compact(const char *disk)
   uint64_t trimmed = 0, reclaimed = 0;
   if (ploop_attach_compact(disk, &trimmed, &reclaimed) < 0)
     return cli_lib_error();
-  char a[32], b[32];
-  printf("%s: %s discarded by the filesystem, image shrank by %s\n", disk,
-         cli_human_bytes(trimmed, a, sizeof a), cli_human_bytes(reclaimed, b, sizeof b));
+  char a[32];
+  printf("%s: %" PRIu64 " bytes trimmed, %" PRIu64 " bytes reclaimed (image shrank by %s)\n", disk,
+         trimmed, reclaimed, cli_human_bytes(reclaimed, a, sizeof a));
   return EXIT_OK;
 }
 
@@ -216,7 +217,7 @@ const struct cli_verb verb_list = {
     .name = "list",
     .run = run_list,
     .synopsis = "list [--json]",
-    .summary = "list attached disks: device, disk[@snapshot], mount point, rw/ro",
+    .summary = "list attached disks: device, disk[@snapshot], mount point, rw/ro, pid=N",
     .details = "  --json   a JSON array of {device, disk, snapshot, mount_point, fstype,\n"
                "           kind, pid, readonly, alive}\n",
 };
