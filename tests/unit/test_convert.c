@@ -148,3 +148,20 @@ Test(convert, raw_needs_single_image)
   cr_assert_eq(ploop_convert_format(test_dir, true), -1, "raw of a stacked disk accepted");
   cr_assert_eq(ploop_get_status(), PLOOP_ERR_PARAM);
 }
+
+Test(convert, refused_conversion_leaves_the_file_unchanged)
+{
+  make_filled_disk();
+  OK(ploop_resize(test_dir, 3ull << 40, 0)); /* v1 is limited to 2 TiB */
+  const char *p = tpath("root.hds");
+  static uint8_t before[CL], after[CL];
+  raw_pread(p, before, CL, 0);
+  off_t size = file_size(p);
+  cr_assert_eq(ploop_convert_version(test_dir, 1), -1, "3 TiB disk converted to v1");
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_PARAM, "%s", ploop_get_error());
+  raw_pread(p, after, CL, 0);
+  cr_assert_eq(raw_le32(p, 44), 0, "refused conversion left the in-use mark set");
+  cr_assert_arr_eq(before, after, CL, "refused conversion changed the header or BAT");
+  cr_assert_eq(file_size(p), size);
+  cr_assert(!file_exists(tpath("root.hds.convert-backup")));
+}

@@ -420,3 +420,14 @@ Test(delta, missing_file_is_notfound)
   cr_assert_eq(ploop_get_errno(), ENOENT);
   ERROR_NAMES("nope.hds");
 }
+
+Test(delta, rejects_entry_to_cluster_cut_short_by_eof)
+{
+  /* The file ends 1000 bytes into the cluster BAT[0] names: that cluster is
+   * not whole, and new allocations would start at it (rule 3), so the entry
+   * cannot be valid; reading it as zeros would hide lost data. */
+  const char *p = create(4 << 20, 64, 2);
+  cr_assert_eq(truncate(p, 2 * 32768 + 1000), 0);
+  raw_put_le32(p, BAT0, 2);
+  expect_corrupt(p, "entry to a partial cluster");
+}

@@ -666,3 +666,40 @@ Test(snapshot, online_merge_under_concurrent_writers)
   cr_assert_eq(n_images(), 1);
   assert_all_deltas_clean();
 }
+
+/* Every file of the disk directory with its size and a checksum. */
+static unsigned long long dir_fingerprint(void)
+{
+  char cmd[PATH_MAX + 128];
+  snprintf(cmd, sizeof cmd,
+           "cd %s && ls -l --time-style=+ | grep -v lck | md5sum && "
+           "ls | grep -v lck | xargs cat | md5sum",
+           test_dir);
+  FILE *f = popen(cmd, "r");
+  cr_assert_not_null(f);
+  char line[256];
+  unsigned long long h = 1469598103934665603ull;
+  while (fgets(line, sizeof line, f))
+    for (char *c = line; *c; c++)
+      h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  pclose(f);
+  return h;
+}
+
+Test(snapshot, refused_merge_all_changes_nothing)
+{
+  /* S1 <- S2 <- {S3, top}: S2 is a branch point, so merging everything is
+   * refused, and must be refused before any level is merged. */
+  static uint8_t model[DISK_SIZE];
+  char s1[PLOOP_UUID_LEN + 1], s2[PLOOP_UUID_LEN + 1], s3[PLOOP_UUID_LEN + 1];
+  base_snapshot_write(model, s1);
+  OK(ploop_snapshot_create(test_dir, NULL, s2));
+  OK(ploop_snapshot_create(test_dir, NULL, s3));
+  OK(ploop_snapshot_switch(test_dir, s2));
+  cr_assert_eq(n_images(), 4);
+  unsigned long long before = dir_fingerprint();
+  cr_assert_eq(ploop_snapshot_merge(test_dir, NULL, true, NULL, NULL), -1,
+               "merge of a tree with a branch point accepted");
+  cr_assert_eq(dir_fingerprint(), before, "a refused merge changed files in the disk directory");
+  cr_assert_eq(n_images(), 4);
+}
