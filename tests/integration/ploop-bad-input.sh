@@ -126,6 +126,12 @@ refused "$d" 'gone.hds|no such|missing|not found' info export import snapshot
 
 echo "== export never overwrites a file without -f, nor an input"
 expect_fail $PLOOP export -o "$TMP/src.raw" "$TMP/good" | grep -q exists || fail "export overwrote"
+before=$(tree_sum "$TMP/good")
+expect_fail $PLOOP export -f -o "$TMP/good/root.hds" "$TMP/good" | grep -q 'is an image of' ||
+  fail "export -f onto the disk's own image"
+expect_fail $PLOOP export -f -o "$TMP/good/root.hds" "$TMP/good/root.hds" | grep -q 'being exported' ||
+  fail "export -f of a delta onto itself"
+[[ $(tree_sum "$TMP/good") == "$before" ]] || fail "export onto its input changed it"
 
 echo "== check -F repairs a BAT entry past EOF, and the result is consistent"
 d=$(fresh repair)

@@ -157,6 +157,31 @@ static int run_import(int argc, char **argv)
   return EXIT_OK;
 }
 
+/* Refuses an OUT that is one of the files being read: -f must not let an
+ * export overwrite the image it comes from. */
+static int output_is_input(const char *out, const struct stat *ost, const char *disk,
+                           enum cli_target t)
+{
+  struct stat st;
+  if (t == CLI_TARGET_DELTA) {
+    if (stat(disk, &st) == 0 && st.st_dev == ost->st_dev && st.st_ino == ost->st_ino)
+      return cli_error(EXIT_USAGE, "%s: is the delta being exported", out);
+    return 0;
+  }
+  struct ploop_descriptor *d = ploop_descriptor_load(disk);
+  if (!d)
+    return cli_lib_error();
+  int rc = 0;
+  for (size_t i = 0; i < d->n_images && !rc; i++) {
+    char *path = ploop_descriptor_image_path(d, &d->images[i]);
+    if (path && stat(path, &st) == 0 && st.st_dev == ost->st_dev && st.st_ino == ost->st_ino)
+      rc = cli_error(EXIT_USAGE, "%s: is an image of %s", out, disk);
+    free(path);
+  }
+  ploop_descriptor_free(d);
+  return rc;
+}
+
 static int run_export(int argc, char **argv)
 {
   static const struct option longopts[] = {
@@ -202,6 +227,8 @@ static int run_export(int argc, char **argv)
   bool existed = stat(out, &st) == 0;
   if (existed && S_ISREG(st.st_mode) && !force)
     return cli_error(EXIT_USAGE, "%s: file exists (use -f to overwrite)", out);
+  if (existed && (rc = output_is_input(out, &st, disk, t)))
+    return rc;
 
   struct bare_delta bare = {0};
   const char *src = disk;
