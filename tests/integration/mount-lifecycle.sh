@@ -60,6 +60,11 @@ sdev=$(att_mount -r -u "$guid" "$D" "$SNAP_MP")
 expect_fail touch "$SNAP_MP/new" >/dev/null
 att_umount "$SNAP_MP"
 no_leaks_dev "$sdev" "$D" "$guid"
+# FIFREEZE during the snapshot left ext4 clean: no journal to replay.
+sdev=$(att_mount -u "$guid" "$D")
+e2fsck -fn "$sdev" >"$TMP/snapfsck.log" 2>&1 || { cat "$TMP/snapfsck.log"; fail "the snapshot's ext4 is not clean"; }
+att_umount "$sdev"
+no_leaks_dev "$sdev" "$D" "$guid"
 else
   echo "ploop-nbd has no --snapshot: read-only snapshot mount not tested"
 fi
