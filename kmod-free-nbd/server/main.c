@@ -455,7 +455,11 @@ int main(int argc, char **argv) {
   }
 
   /* Stop taking clients, let in-flight requests finish, then flush and
-   * close every disk (which clears the in-use mark). */
+   * close every disk (which clears the in-use mark).  Should that hang (a
+   * stuck FUSE user), a second SIGTERM/SIGINT ends the process at once. */
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
   for (size_t i = 0; i < nlisten; i++) close(listen_fds[i]);
   if (unix_path) unlink(unix_path);
   conns_shutdown_and_wait();
