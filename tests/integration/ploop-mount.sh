@@ -71,8 +71,17 @@ if $PLOOP_NBD --help 2>&1 | grep -q -- --snapshot; then
   $PLOOP umount "$M2"
 fi
 
+# --- online merge of the snapshot while the disk stays mounted and written to
+head -c $((4 << 20)) /dev/urandom >"$M/three" &
+$PLOOP snapshot-merge "$D"
+wait
+[[ $($PLOOP snapshot-list -H -o uuid "$D" | wc -l) -eq 1 ]] || fail "online merge left several images"
+[[ $($PLOOP info --json "$D" | jq_py 'd["server"]["depth"]') -eq 1 ]] || fail "daemon still sees 2 deltas"
+sync
+
 # --- umount: nothing attached, mark cleared, disk clean; second umount is an error
 sha_two=$(sum "$M/two")
+sha_three=$(sum "$M/three")
 $PLOOP umount "$D"
 $PLOOP list | grep -qF "$D" && fail "still listed after umount"
 findmnt "$M" >/dev/null && fail "still mounted after umount"
@@ -89,7 +98,8 @@ $PLOOP resize -s 512M "$D"
 $PLOOP mount -m "$M" "$D" >/dev/null
 size_kb=$(df -k --output=size "$M" | tail -1)
 [[ $size_kb -gt $((400 * 1024)) ]] || fail "filesystem did not grow: ${size_kb} KiB"
-[[ $(sum "$M/two") == "$sha_two" && $(cat "$M/note") == "after the snapshot" ]] || fail "files after grow"
+[[ $(sum "$M/two") == "$sha_two" && $(sum "$M/three") == "$sha_three" ]] || fail "files after grow"
+[[ $(cat "$M/note") == "after the snapshot" ]] || fail "note after grow"
 $PLOOP umount "$M"
 
 # --- read-only mount refuses writes
