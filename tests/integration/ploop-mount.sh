@@ -39,9 +39,17 @@ $PLOOP info --json "$D" >"$TMP/i.json"
   <"$TMP/i.json") == True ]] || fail "info while mounted: $(cat "$TMP/i.json")"
 $PLOOP info "$D" | grep -q '^served: *yes, ploop-nbd pid [0-9]' || fail "info text: served"
 
-# A second mount of the same disk, or a check, is refused with one line.
-msg=$(expect_fail $PLOOP mount -m "$M2" "$D")
-echo "$msg"
+head -c 1M /dev/zero >"$TMP/i.raw"
+# While served: a second mount, a check and offline-only verbs are refused
+# with one line and exit 5 (busy).
+for cmd in "mount -m $M2" "check -f" "import $M/../i.raw" "convert -v 1" "snapshot-switch -u {5fbaabe3-6958-40ff-92a7-860e329aab41}"; do
+  # shellcheck disable=SC2086
+  expect_fail $PLOOP $cmd "$D"
+  rc=0
+  # shellcheck disable=SC2086
+  $PLOOP $cmd "$D" >/dev/null 2>&1 || rc=$?
+  [[ $rc -eq 5 ]] || fail "'ploop $cmd' on a mounted disk exited $rc, expected 5"
+done
 
 # --- files, an online snapshot, more files
 head -c $((20 << 20)) /dev/urandom >"$M/one"

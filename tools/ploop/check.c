@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "online.h"
 
 /* Lost clusters waste space but lose no data, so they alone are not corruption. */
 static bool report_broken(const struct ploop_check_report *r)
@@ -75,6 +76,14 @@ static int check_delta(const char *path, unsigned flags, bool silent)
 
 static int check_disk(const char *path, unsigned flags, bool silent)
 {
+  /* A served disk is open read-write: its in-use mark is expected and its
+   * BAT changes under us, so a check now would only report noise. */
+  int st = cli_online_state(path, NULL);
+  if (st < 0)
+    return -st;
+  if (st != CLI_OFFLINE)
+    return cli_error(EXIT_BUSY, "%s: served by ploop-nbd; stop it (ploop umount) before a check",
+                     path);
   char msg[16384] = "";
   int rc = ploop_disk_check(path, flags, msg, sizeof msg);
   if (rc < 0)
