@@ -170,6 +170,32 @@ nbdinfo --list "$U" | grep -q "@" && fail "merged snapshot still listed"
 nbdcopy "$U" "$TMP/merged.raw"
 cmp "$TMP/gen2.raw" "$TMP/merged.raw" || fail "writes lost or data changed by the online merge"
 
+# Snapshot while nbdcopy overwrites the disk: every 256 KiB request of the
+# copy is wholly in the snapshot or wholly absent, and the image is clean.
+head -c 128M /dev/urandom >"$TMP/gen3.raw"
+nbdcopy --flush --request-size=262144 "$TMP/gen3.raw" "$U" &
+CPID=$!
+sleep 0.1
+G3=$($PLOOP_NBD --ctl "$TMP/disk" SNAPSHOT) || fail "snapshot during nbdcopy"
+wait $CPID || fail "nbdcopy during the snapshot"
+U3=${G3#\{}
+U3=${U3%\}}
+nbdcopy "nbd+unix:///disk@$U3?socket=$SOCK" "$TMP/snap3.raw"
+python3 - "$TMP/gen2.raw" "$TMP/gen3.raw" "$TMP/snap3.raw" <<'PY' || fail "snapshot during nbdcopy is torn"
+import sys
+old, new, snap = (open(f, "rb").read() for f in sys.argv[1:])
+CH = 262144
+kinds = []
+for i in range(0, len(snap), CH):
+    s = snap[i:i + CH]
+    assert s in (old[i:i + CH], new[i:i + CH]), "chunk at %d is neither before nor after" % i
+    kinds.append(s == new[i:i + CH])
+print("snapshot during nbdcopy: %d of %d chunks new" % (sum(kinds), len(kinds)))
+PY
+nbdcopy "$U" "$TMP/live3.raw"
+cmp "$TMP/gen3.raw" "$TMP/live3.raw" || fail "live disk after the snapshot during nbdcopy"
+$PLOOP_NBD --ctl "$TMP/disk" MERGE >/dev/null || fail "merge after the snapshot during nbdcopy"
+
 # ---- dirty tracking ----------------------------------------------------
 $PLOOP_NBD --ctl "$TMP/disk" DIRTY START >/dev/null
 qemu-io -f raw -c 'write 5M 4k' -c 'write 70M 2M' -c 'write -z 100M 512' "$U" >/dev/null
