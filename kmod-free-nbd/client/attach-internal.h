@@ -9,6 +9,16 @@
  * The last non-empty line the program printed goes into MSG (may be NULL). */
 int attach_run(char *const argv[], char *msg, size_t msglen);
 
+/* ---- attach-state.c ---- */
+/* The host-wide lock of attach/umount (returns the fd), and its release. */
+int attach_lock(void);
+void attach_unlock(int fd);
+int attach_state_write(const char *path, const struct ploop_attach_info *i);
+int attach_state_read(const char *path, struct ploop_attach_info *i);
+/* True when PID is a running ploop-nbd (pid files outlive processes). */
+bool attach_daemon_alive(pid_t pid);
+/* Copies V into DST (LEN bytes), truncating. */
+void attach_copy_field(char *dst, size_t len, const char *v);
 /* Lookup of the state of one attachment (by disk dir, mount point, device). */
 int attach_state_find(const char *what, struct ploop_attach_info *out);
 

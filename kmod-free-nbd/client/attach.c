@@ -1,7 +1,6 @@
 /* Local attach: spawn ploop-nbd with a FUSE export, bind a loop device with
  * direct I/O to the FUSE file, mount the filesystem; and the reverse.  Each
  * attachment's state is a small key=value file under PLOOP_ATTACH_RUN_DIR. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -10,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -26,14 +24,6 @@
 #define DAEMON_STOP_TIMEOUT_MS 60000
 
 /* ---- small helpers ---------------------------------------------------- */
-
-/* Copies with truncation (paths from state files and logs may be long). */
-static void copy_field(char *dst, size_t len, const char *v)
-{
-  size_t n = strnlen(v, len - 1);
-  memcpy(dst, v, n);
-  dst[n] = 0;
-}
 
 static void sleep_ms(unsigned ms)
 {
@@ -93,219 +83,11 @@ static void make_paths(const char *disk_dir, const char *guid, struct paths *p)
     p->control_socket[0] = 0;
 }
 
-static int mkdir_p(const char *path)
-{
-  char tmp[PATH_MAX];
-  snprintf(tmp, sizeof(tmp), "%s", path);
-  for (char *s = tmp + 1; *s; s++) {
-    if (*s != '/')
-      continue;
-    *s = 0;
-    if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-      return ploop_set_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", tmp, strerror(errno));
-    *s = '/';
-  }
-  if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-    return ploop_set_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", tmp, strerror(errno));
-  return 0;
-}
-
-/* One attach/umount at a time on this host: they share loop devices and
- * the state directory.  Returns the lock fd. */
-static int lock_state_dir(void)
-{
-  if (mkdir_p(PLOOP_ATTACH_RUN_DIR) < 0)
-    return -1;
-  int fd = open(PLOOP_ATTACH_RUN_DIR "/.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return ploop_set_error(PLOOP_ERR_IO, errno, "%s/.lock: %s", PLOOP_ATTACH_RUN_DIR, strerror(errno));
-  while (flock(fd, LOCK_EX) < 0) {
-    if (errno != EINTR) {
-      int e = errno;
-      close(fd);
-      return ploop_set_error(PLOOP_ERR_IO, e, "lock %s: %s", PLOOP_ATTACH_RUN_DIR, strerror(e));
-    }
-  }
-  return fd;
-}
-
-static void unlock_state_dir(int fd)
-{
-  if (fd >= 0)
-    close(fd);
-}
-
 static bool is_mount_point(const char *path)
 {
   char type[32];
   attach_mounted_fstype(path, type, sizeof(type));
   return type[0] != 0;
-}
-
-/* ---- state files ------------------------------------------------------ */
-
-static int state_write(const char *path, const struct ploop_attach_info *i)
-{
-  char tmp[PATH_MAX + 8];
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  FILE *f = fopen(tmp, "we");
-  if (!f)
-    return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", tmp, strerror(errno));
-  fprintf(f,
-          "disk_dir=%s\nsnapshot=%s\ndevice=%s\nkind=%s\nfuse_dir=%s\nmount_point=%s\n"
-          "fstype=%s\ncontrol_socket=%s\nnbd_socket=%s\npid=%d\nreadonly=%d\n",
-          i->disk_dir, i->snapshot_guid, i->device, i->kind, i->fuse_dir, i->mount_point,
-          i->fstype, i->control_socket, i->nbd_socket, (int)i->daemon_pid, i->readonly ? 1 : 0);
-  if (fflush(f) != 0 || fsync(fileno(f)) < 0) {
-    int e = errno;
-    fclose(f);
-    unlink(tmp);
-    return ploop_set_error(PLOOP_ERR_IO, e, "%s: %s", tmp, strerror(e));
-  }
-  fclose(f);
-  if (rename(tmp, path) < 0) {
-    int e = errno;
-    unlink(tmp);
-    return ploop_set_error(PLOOP_ERR_IO, e, "rename %s: %s", tmp, strerror(e));
-  }
-  return 0;
-}
-
-
-/* True when PID runs ploop-nbd (a pid file may outlive its process). */
-static bool daemon_alive(pid_t pid)
-{
-  if (pid <= 0 || kill(pid, 0) < 0)
-    return false;
-  char link[64], exe[PATH_MAX];
-  snprintf(link, sizeof(link), "/proc/%d/exe", (int)pid);
-  ssize_t n = readlink(link, exe, sizeof(exe) - 1);
-  if (n <= 0)
-    return false; /* a zombie has no exe any more */
-  exe[n] = 0;
-  const char *base = strrchr(exe, '/');
-  base = base ? base + 1 : exe;
-  return strncmp(base, "ploop-nbd", 9) == 0;
-}
-
-static int state_read(const char *path, struct ploop_attach_info *i)
-{
-  FILE *f = fopen(path, "re");
-  if (!f)
-    return ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", path, strerror(errno));
-  memset(i, 0, sizeof(*i));
-  char line[PATH_MAX + 64];
-  while (fgets(line, sizeof(line), f)) {
-    line[strcspn(line, "\n")] = 0;
-    char *eq = strchr(line, '=');
-    if (!eq)
-      continue;
-    *eq = 0;
-    const char *k = line, *v = eq + 1;
-    if (!strcmp(k, "disk_dir"))
-      copy_field(i->disk_dir, sizeof(i->disk_dir), v);
-    else if (!strcmp(k, "snapshot"))
-      copy_field(i->snapshot_guid, sizeof(i->snapshot_guid), v);
-    else if (!strcmp(k, "device"))
-      copy_field(i->device, sizeof(i->device), v);
-    else if (!strcmp(k, "kind"))
-      copy_field(i->kind, sizeof(i->kind), v);
-    else if (!strcmp(k, "fuse_dir"))
-      copy_field(i->fuse_dir, sizeof(i->fuse_dir), v);
-    else if (!strcmp(k, "mount_point"))
-      copy_field(i->mount_point, sizeof(i->mount_point), v);
-    else if (!strcmp(k, "fstype"))
-      copy_field(i->fstype, sizeof(i->fstype), v);
-    else if (!strcmp(k, "control_socket"))
-      copy_field(i->control_socket, sizeof(i->control_socket), v);
-    else if (!strcmp(k, "nbd_socket"))
-      copy_field(i->nbd_socket, sizeof(i->nbd_socket), v);
-    else if (!strcmp(k, "pid"))
-      i->daemon_pid = (pid_t)atoi(v);
-    else if (!strcmp(k, "readonly"))
-      i->readonly = atoi(v) != 0;
-  }
-  fclose(f);
-  i->daemon_alive = daemon_alive(i->daemon_pid);
-  return 0;
-}
-
-int ploop_attach_list(struct ploop_attach_info **out, size_t *n)
-{
-  *out = NULL;
-  *n = 0;
-  DIR *d = opendir(PLOOP_ATTACH_RUN_DIR);
-  if (!d)
-    return errno == ENOENT ? 0
-                           : ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", PLOOP_ATTACH_RUN_DIR,
-                                         strerror(errno));
-  struct dirent *e;
-  size_t cap = 0;
-  while ((e = readdir(d))) {
-    size_t len = strlen(e->d_name);
-    if (len < 7 || strcmp(e->d_name + len - 6, ".state") != 0)
-      continue;
-    if (*n == cap) {
-      cap = cap ? cap * 2 : 8;
-      struct ploop_attach_info *p = realloc(*out, cap * sizeof(**out));
-      if (!p) {
-        closedir(d);
-        free(*out);
-        *out = NULL;
-        *n = 0;
-        return ploop_set_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
-      }
-      *out = p;
-    }
-    char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/%s", PLOOP_ATTACH_RUN_DIR, e->d_name);
-    if (state_read(path, &(*out)[*n]) == 0)
-      (*n)++;
-  }
-  closedir(d);
-  return 0;
-}
-
-/* WHAT: a device node, a mount point, a disk directory or its XML.  A disk
- * with several attachments (top + snapshots) resolves to its top. */
-int attach_state_find(const char *what, struct ploop_attach_info *out)
-{
-  struct ploop_attach_info *all;
-  size_t n;
-  if (ploop_attach_list(&all, &n) < 0)
-    return -1;
-  char real[PATH_MAX] = "", dir[PATH_MAX] = "";
-  struct stat st;
-  bool is_dev = stat(what, &st) == 0 && S_ISBLK(st.st_mode);
-  if (!realpath(what, real))
-    snprintf(real, sizeof(real), "%s", what);
-  if (!is_dev && stat(what, &st) == 0) {
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", real);
-    snprintf(dir, sizeof(dir), "%s", S_ISDIR(st.st_mode) ? real : dirname(tmp));
-  }
-  ssize_t found = -1;
-  for (size_t k = 0; k < n && found < 0; k++)
-    if ((all[k].mount_point[0] && strcmp(all[k].mount_point, real) == 0) ||
-        (all[k].device[0] && strcmp(all[k].device, real) == 0))
-      found = (ssize_t)k;
-  for (size_t k = 0; k < n && found < 0; k++)
-    if (dir[0] && strcmp(all[k].disk_dir, dir) == 0 && !all[k].snapshot_guid[0])
-      found = (ssize_t)k;
-  for (size_t k = 0; k < n && found < 0; k++)
-    if (dir[0] && strcmp(all[k].disk_dir, dir) == 0)
-      found = (ssize_t)k;
-  if (found >= 0)
-    *out = all[found];
-  free(all);
-  if (found < 0)
-    return ploop_set_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: not attached", what);
-  return 0;
-}
-
-int ploop_attach_find(const char *what, struct ploop_attach_info *out)
-{
-  return attach_state_find(what, out);
 }
 
 /* ---- the daemon ------------------------------------------------------- */
@@ -347,7 +129,7 @@ static void log_last_line(const char *log, char *msg, size_t len)
     n--;
   buf[n] = 0;
   char *start = strrchr(buf, '\n');
-  copy_field(msg, len, start ? start + 1 : buf);
+  attach_copy_field(msg, len, start ? start + 1 : buf);
 }
 
 static pid_t read_pid_file(const char *path)
@@ -375,7 +157,7 @@ static bool fuse_ready(const char *fuse_dir, dev_t parent_dev)
 /* Stops the daemon: SIGTERM lets it flush and clear the in-use mark. */
 static int daemon_stop(pid_t pid)
 {
-  if (!daemon_alive(pid))
+  if (!attach_daemon_alive(pid))
     return 0;
   if (kill(pid, SIGTERM) < 0 && errno != ESRCH)
     return ploop_set_error(PLOOP_ERR_GENERIC, errno, "stop ploop-nbd (pid %d): %s", (int)pid,
@@ -383,7 +165,7 @@ static int daemon_stop(pid_t pid)
   for (unsigned waited = 0; waited < DAEMON_STOP_TIMEOUT_MS; waited += 20) {
     /* Reap it if it is our own child (attach and umount in one process). */
     waitpid(pid, NULL, WNOHANG);
-    if (!daemon_alive(pid))
+    if (!attach_daemon_alive(pid))
       return 0;
     sleep_ms(20);
   }
@@ -519,7 +301,7 @@ static int loop_attach(const char *file, bool readonly, const char *label, char 
     /* Direct I/O: the filesystem above has the page cache; the FUSE file
      * must not keep a second copy of every block. */
     cfg.info.lo_flags = LO_FLAGS_DIRECT_IO | (readonly ? LO_FLAGS_READ_ONLY : 0);
-    copy_field((char *)cfg.info.lo_file_name, sizeof(cfg.info.lo_file_name), label);
+    attach_copy_field((char *)cfg.info.lo_file_name, sizeof(cfg.info.lo_file_name), label);
     if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) {
       rc = 0;
     } else if (errno != EBUSY) {
@@ -641,7 +423,7 @@ static int teardown(struct ploop_attach_info *i, const struct paths *p)
   if (i->device[0] && loop_detach(i->device) < 0)
     return -1;
   i->device[0] = 0;
-  i->daemon_alive = i->daemon_pid <= 0 || daemon_alive(i->daemon_pid);
+  i->daemon_alive = i->daemon_pid <= 0 || attach_daemon_alive(i->daemon_pid);
   if (i->daemon_pid > 0 && daemon_stop(i->daemon_pid) < 0 && rc == 0)
     rc = -1;
   /* A daemon that died leaves its FUSE mount behind ("transport endpoint
@@ -697,12 +479,12 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
   snprintf(i.control_socket, sizeof(i.control_socket), "%s", p.control_socket);
   snprintf(i.nbd_socket, sizeof(i.nbd_socket), "%s", p.nbd_socket);
 
-  int lock = lock_state_dir();
+  int lock = attach_lock();
   if (lock < 0)
     return -1;
   struct ploop_attach_info old;
-  if (access(p.state, F_OK) == 0 && state_read(p.state, &old) == 0) {
-    unlock_state_dir(lock);
+  if (access(p.state, F_OK) == 0 && attach_state_read(p.state, &old) == 0) {
+    attach_unlock(lock);
     if (old.daemon_alive)
       return ploop_set_error(PLOOP_ERR_BUSY, EBUSY, "%s%s%s is already attached as %s%s%s",
                          i.disk_dir, i.snapshot_guid[0] ? " snapshot " : "", i.snapshot_guid,
@@ -722,7 +504,7 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
   i.mount_point[0] = 0;
   if (daemon_start(i.disk_dir, &p, i.snapshot_guid, i.readonly, &i.daemon_pid) < 0)
     goto fail_nostate;
-  if (state_write(p.state, &i) < 0)
+  if (attach_state_write(p.state, &i) < 0)
     goto fail;
   char file[PATH_MAX + 16];
   snprintf(file, sizeof(file), "%s/%s", p.fuse_dir, PLOOP_ATTACH_FUSE_FILE);
@@ -730,7 +512,7 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
     i.device[0] = 0;
     goto fail;
   }
-  if (state_write(p.state, &i) < 0)
+  if (attach_state_write(p.state, &i) < 0)
     goto fail;
   if (want_mp[0]) {
     if (o->fstype)
@@ -740,14 +522,14 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
     if (fs_mount(i.device, want_mp, i.fstype, i.readonly, o->mount_flags, o->mount_data) < 0)
       goto fail;
     snprintf(i.mount_point, sizeof(i.mount_point), "%s", want_mp);
-    if (state_write(p.state, &i) < 0)
+    if (attach_state_write(p.state, &i) < 0)
       goto fail;
   }
   rc = 0;
   i.daemon_alive = true;
   if (out)
     *out = i;
-  unlock_state_dir(lock);
+  attach_unlock(lock);
   return rc;
 
 fail_nostate:
@@ -760,7 +542,7 @@ fail: {
   rmdir(p.fuse_dir);
   ploop_set_error(status, err, "%s", msg);
 }
-  unlock_state_dir(lock);
+  attach_unlock(lock);
   return rc;
 }
 
@@ -768,20 +550,20 @@ int ploop_attach_umount(const char *what)
 {
   if (!what)
     return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "umount: nothing given");
-  int lock = lock_state_dir();
+  int lock = attach_lock();
   if (lock < 0)
     return -1;
   struct ploop_attach_info i;
   if (attach_state_find(what, &i) < 0) {
-    unlock_state_dir(lock);
+    attach_unlock(lock);
     return -1;
   }
   struct paths p;
   make_paths(i.disk_dir, i.snapshot_guid, &p);
   int rc = teardown(&i, &p);
   if (rc < 0 && access(p.state, F_OK) == 0)
-    state_write(p.state, &i); /* what is left, for the next try */
-  unlock_state_dir(lock);
+    attach_state_write(p.state, &i); /* what is left, for the next try */
+  attach_unlock(lock);
   return rc;
 }
 
