@@ -73,6 +73,18 @@ ct mount life --snapshot "$snap2" "$TMP/snap"
 ct umount life "$TMP/snap"
 assert_no_leaks life
 
+# The monitor dies (SIGKILL): the container goes on; run and destroy refuse
+# to touch it, stop ends it and cleans what the monitor would have.
+ct start life -- /bin/sh -c 'while :; do sleep 0.2; done'
+wait_running life
+kill -9 "$(sed -n 's/^monitor_pid=//p' "$CTROOT/life/state")"
+sleep 0.2
+err=$(expect_fail ct run life -- true); [[ $err == *"without its monitor"* ]] || fail "run over an orphan: $err"
+err=$(expect_fail ct destroy life); [[ $err == *"without its monitor"* ]] || fail "destroy of an orphan: $err"
+[[ $(ct exec life -- echo alive) == alive ]] || fail "orphaned container was disturbed"
+ct stop life --timeout 0
+assert_no_leaks life
+
 ct destroy life
 [[ ! -e $CTROOT/life ]] || fail "destroy left files"
 assert_no_leaks life

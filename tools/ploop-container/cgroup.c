@@ -110,15 +110,26 @@ static int cg_write(const char *dir, const char *file, const char *val)
 
 static char *cg_file(const char *dir, const char *file) { return xasprintf("%s/%s", dir, file); }
 
-/* v2 controllers must be enabled in every ancestor's subtree_control. */
+/* v2 controllers must be enabled in every ancestor's subtree_control, from
+ * the root down to DIR's parent (the root may hold processes; our own
+ * parent holds none). */
 static int v2_enable_controllers(const char *dir)
 {
-  cleanup_free char *parent = strdup(dir);
-  char *slash = strrchr(parent, '/');
-  *slash = 0;
-  cleanup_free char *sc = cg_file(parent, "cgroup.subtree_control");
-  if (write_file(sc, "+memory +pids") < 0)
-    return ct_wrap("enable memory and pids controllers");
+  const char *root = "/sys/fs/cgroup";
+  cleanup_free char *path = strdup(dir);
+  char *end = strrchr(path, '/');
+  for (char *p = path + strlen(root); p && p <= end; p = strchr(p + 1, '/')) {
+    char saved = *p;
+    *p = 0;
+    cleanup_free char *sc = cg_file(path, "cgroup.subtree_control");
+    char have[256] = "";
+    if (read_file(sc, have, sizeof have) < 0 ||
+        (!(strstr(have, "memory") && strstr(have, "pids")) && write_file(sc, "+memory +pids") < 0)) {
+      *p = saved;
+      return ct_wrap("enable memory and pids controllers");
+    }
+    *p = saved;
+  }
   return 0;
 }
 

@@ -57,6 +57,13 @@ int container_recover(const char *name)
   int have = ct_state_load(name, &st);
   if (have < 0)
     return -1;
+  /* Lock free but PID 1 alive: its monitor died. Only `stop` may end it. */
+  if (have && ct_state_running(&st)) {
+    ct_fail(0, "container %s is running (pid %d) without its monitor: stop it first", name,
+            (int)st.init_pid);
+    ct_set_error_code(CT_EXIT_BUSY);
+    return -1;
+  }
   struct ct_cgroup cg;
   if (cg_init(&cg, name) < 0)
     return -1;
@@ -166,7 +173,7 @@ fail:
   cg_free(&cg);
   if (mounted)
     disk_umount(diskdir, mnt);
-  ct_state_remove(name);
+  /* No state of ours to remove: it is written only once PID 1 runs. */
   if (ready_fd >= 0) {
     char msg[1100];
     snprintf(msg, sizeof msg, "E%s", ct_error());
@@ -215,6 +222,8 @@ int container_stop(const char *name, unsigned timeout_s)
   if (alive(&st)) {
     cg_kill_all(&cg);
     kill(st.init_pid, SIGKILL);
+    for (int i = 0; i < 500 && alive(&st); i++)  /* SIGKILL is not instant */
+      sleep_ms(10);
   }
   cg_free(&cg);
   /* The monitor cleans up and then drops the lock; wait for that. */

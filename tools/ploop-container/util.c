@@ -210,6 +210,8 @@ uint64_t process_start_time(pid_t pid)
   if (!p)
     return 0;
   p += 2;  /* field 3 (state) */
+  if (*p == 'Z' || *p == 'X')
+    return 0;  /* a zombie (nobody reaps an orphaned PID 1 here) is gone for us */
   for (int field = 3; field < 22 && p; field++) {
     p = strchr(p, ' ');
     if (p)

@@ -46,8 +46,8 @@ void format_size(uint64_t bytes, char *buf, size_t len);
 
 /* Monotonic time in nanoseconds. */
 uint64_t now_ns(void);
-/* Start time of PID from /proc/PID/stat (field 22), 0 if gone; with the pid it
- * identifies a process across pid reuse. */
+/* Start time of PID from /proc/PID/stat (field 22), 0 if gone or a zombie;
+ * with the pid it identifies a process across pid reuse. */
 uint64_t process_start_time(pid_t pid);
 
 #endif
