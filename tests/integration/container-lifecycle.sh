@@ -18,6 +18,10 @@ pid=$(awk '{print $3}' <<<"$line")
 [[ $(ct exec life -- hostname) == life ]] || fail "exec not in the UTS namespace"
 rc=0; ct exec life -- /bin/sh -c 'exit 5' || rc=$?
 [[ $rc -eq 5 ]] || fail "exec status: $rc"
+# On a terminal, exec gets a pty of the container's devpts, not ours.
+out=$(script -qec "$PLOOP_CONTAINER --root $CTROOT exec life -- /bin/sh -c 'tty; exit 6'" /dev/null </dev/null | tr -d '\r') && rc=0 || rc=$?
+[[ $out == */dev/pts/[0-9]* ]] || fail "exec on a terminal: no pty inside: '$out'"
+[[ $rc -eq 6 ]] || fail "exec status through the pty: $rc"
 ecg=$(ct exec life -- cat /proc/self/cgroup)
 grep -q '^[0-9]*:memory:/$' <<<"$ecg" || fail "exec not in the container's memory cgroup (ns view): $ecg"
 

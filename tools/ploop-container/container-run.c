@@ -9,6 +9,7 @@
 #include <string.h>
 #include <grp.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -281,6 +282,16 @@ int container_exec(const char *name, char *const *argv)
   sigset_t fwd;
   monitor_signals(&fwd);
   sigprocmask(SIG_BLOCK, &fwd, NULL);
+  /* On a terminal the new process gets a pty of the container's own devpts
+   * (we are in its mount namespace now), never our terminal: a process in
+   * the container must not be able to push input into the host's (TIOCSTI). */
+  cleanup_close int master = -1;
+  char slave[64] = "";
+  if (isatty(0) && isatty(1)) {
+    master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0 || unlockpt(master) < 0 || ptsname_r(master, slave, sizeof slave) != 0)
+      return ct_fail(errno, "pty in container %s", name);
+  }
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) < 0)
     return ct_fail(errno, "pipe");
@@ -289,6 +300,16 @@ int container_exec(const char *name, char *const *argv)
     return ct_fail(errno, "fork");
   if (pid == 0) {
     close(pipefd[0]);
+    if (slave[0]) {
+      int fd = setsid() < 0 ? -1 : open(slave, O_RDWR);
+      if (fd < 0 || dup2(fd, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 ||
+          ioctl(0, TIOCSCTTY, 0) < 0) {
+        dprintf(pipefd[1], "pty %s: %s", slave, strerror(errno));
+        _exit(127);
+      }
+      if (fd > 2)
+        close(fd);
+    }
     if (chdir("/") < 0 || ct_drop_privileges() < 0) {
       dprintf(pipefd[1], "%s", ct_error());
       _exit(127);
@@ -314,5 +335,5 @@ int container_exec(const char *name, char *const *argv)
     ct_set_error_code(127);  /* as a shell: command not found / not runnable */
     return -1;
   }
-  return monitor_wait(pid, -1);
+  return monitor_wait(pid, master);
 }
