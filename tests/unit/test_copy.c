@@ -168,3 +168,28 @@ Test(copy, progress_reaches_total)
   cr_assert_gt(p.calls, 0);
   cr_assert_eq(p.last_done, p.last_total);
 }
+
+/* 32 MiB of data in 64 KiB clusters: more clusters than one I/O batch holds
+ * (the CLI saw this size hang, 07:14 in /work/api-requests.md). */
+Test(copy, import_many_small_clusters_completes, .timeout = 60)
+{
+  const char *src = tpath("big.raw");
+  int fd = open(src, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  cr_assert(fd >= 0);
+  static uint8_t b[1 << 20];
+  for (uint32_t i = 0; i < 32; i++) {
+    fill_pattern(b, sizeof b, 9, (uint64_t)i << 20);
+    cr_assert_eq(write(fd, b, sizeof b), (ssize_t)sizeof b);
+  }
+  close(fd);
+  make_disk(64ull << 20, CL / 512);
+  struct ploop_copy_stats st;
+  OK(ploop_import_raw(src, test_dir, NULL, NULL, &st));
+  cr_assert_eq(st.clusters_written, 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDONLY));
+  for (uint32_t i = 0; i < 32; i++) {
+    OK(ploop_disk_pread(disk, b, sizeof b, (uint64_t)i << 20));
+    cr_assert_eq(check_pattern(b, sizeof b, 9, (uint64_t)i << 20), -1, "MiB %u differs", i);
+  }
+  OK(ploop_disk_close(disk));
+}
