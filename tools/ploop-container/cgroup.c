@@ -186,6 +186,23 @@ static int write_limits(const struct ct_cgroup *cg, uint64_t memory, uint64_t sw
   return write_file(memsw, v);
 }
 
+/* The shared parent may vanish under us: the last container of another
+ * monitor removes it on exit. Retry instead of failing the start. */
+static int cg_mkdir(const char *dir)
+{
+  cleanup_free char *parent = strdup(dir);
+  *strrchr(parent, '/') = 0;
+  for (int i = 0; i < 10; i++) {
+    if (mkdir(dir, 0755) == 0)
+      return 0;
+    if (errno != ENOENT)
+      break;
+    if (mkdir(parent, 0755) < 0 && errno != EEXIST)
+      break;
+  }
+  return ct_fail(errno, "mkdir %s", dir);
+}
+
 int cg_create(struct ct_cgroup *cg, uint64_t memory, uint64_t swap, uint64_t pids)
 {
   char *d[4];
@@ -193,7 +210,7 @@ int cg_create(struct ct_cgroup *cg, uint64_t memory, uint64_t swap, uint64_t pid
   for (int i = 0; i < 4; i++) {
     if (!d[i])
       continue;
-    if (mkdir_p(d[i], 0755) < 0)
+    if (cg_mkdir(d[i]) < 0)
       goto fail;
   }
   if (cg->mode == CG_UNIFIED && (memory || pids) && v2_enable_controllers(cg->unified) < 0)
