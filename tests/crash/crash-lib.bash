@@ -12,9 +12,10 @@ crash_loop() {
   local mode=$1 iterations=$2 size=32M cluster=64K
   # Resize: 32 KiB clusters so growing to 1 GiB needs more BAT clusters.
   [[ $mode == resize ]] && cluster=32K size=16M
-  # Plain and snapshot: a BAT of 2048 entries spans two 4 KiB pages, so
-  # entries outside the header's page go through the flush path only.
-  [[ $mode == plain || $mode == snapshot ]] && cluster=32K size=64M
+  # Plain and snapshot: a BAT past the first 4 KiB page, so entries outside
+  # the header's page go through the flush path only (1024 and 2048 entries).
+  [[ $mode == plain ]] && cluster=32K size=32M
+  [[ $mode == snapshot ]] && cluster=32K size=64M
   # Mixed: each round runs the next of these modes on the same disk.
   local mixed=(snapshot merge resize convert) m=$mode
   [[ $mode == mixed ]] && cluster=32K size=32M
