@@ -544,3 +544,33 @@ Test(disk, qemu_img_check_accepts_our_image)
   snprintf(cmd, sizeof cmd, "qemu-img check -q -f parallels %s", tpath("root.hds"));
   cr_assert_eq(system(cmd), 0, "qemu-img check found problems (leaks or corruption)");
 }
+
+Test(disk, dirty_get_refuses_a_short_bitmap)
+{
+  /* A bitmap too small for the disk would silently drop dirty clusters past
+   * its end, and with CLEAR lose them for good: a migration would miss them. */
+  struct ploop_disk *disk = open_rw();
+  OK(ploop_disk_dirty_start(disk));
+  put(disk, 1, 255 * CL, 1);
+  uint8_t bm[DISK_SIZE / CL / 8];
+  cr_assert_eq(ploop_disk_dirty_get(disk, bm, sizeof bm - 1, true), -1,
+               "a bitmap one byte short was accepted");
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_PARAM);
+  OK(ploop_disk_dirty_get(disk, bm, sizeof bm, false));
+  cr_assert_eq(bm[31], 0x80, "the refused call must not have cleared the bitmap");
+  OK(ploop_disk_close(disk));
+}
+
+Test(disk, dirty_tracking_follows_an_online_grow)
+{
+  struct ploop_disk *disk = open_rw();
+  OK(ploop_disk_dirty_start(disk));
+  put(disk, 1, 0, 1);
+  OK(ploop_disk_resize(disk, 2 * DISK_SIZE, 0));
+  put(disk, 2, 2 * DISK_SIZE - 1, 1); /* the last cluster of the grown disk */
+  uint8_t bm[2 * DISK_SIZE / CL / 8];
+  OK(ploop_disk_dirty_get(disk, bm, sizeof bm, true));
+  cr_assert_eq(bm[0], 0x01, "cluster 0 written before the grow");
+  cr_assert_eq(bm[sizeof bm - 1], 0x80, "cluster written in the grown part is not tracked");
+  OK(ploop_disk_close(disk));
+}
