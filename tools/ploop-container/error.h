@@ -1,5 +1,7 @@
 /* Error reporting for ploop-container: functions return -1 and leave a
- * one-line message here; callers may prefix context; only main() prints. */
+ * one-line message here; callers may prefix context. main() prints it; the
+ * only other printers are the monitor (what happens after PID 1 started,
+ * e.g. an OOM kill) and exec (which leaves through _exit). */
 #ifndef CT_ERROR_H
 #define CT_ERROR_H
 
