@@ -431,3 +431,117 @@ Test(delta, rejects_entry_to_cluster_cut_short_by_eof)
   raw_put_le32(p, BAT0, 2);
   expect_corrupt(p, "entry to a partial cluster");
 }
+
+/* ---- test vectors (formats/vectors/) ---- */
+
+/* Rebuilds a file from `xxd -a` text: "OFFSET: hex... ascii" lines, "*" for
+ * zero lines skipped; the last line fixes the size. Tests run from the top
+ * of the tree, as `make unit` does. */
+static const char *materialize(const char *vector, const char *name)
+{
+  char src[PATH_MAX];
+  snprintf(src, sizeof src, "formats/vectors/%s", vector);
+  FILE *in = fopen(src, "r");
+  cr_assert_not_null(in, "%s: %s (run from the top of the tree)", src, strerror(errno));
+  const char *dst = tpath("%s", name);
+  int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  cr_assert(fd >= 0);
+  char line[256];
+  uint64_t end = 0;
+  while (fgets(line, sizeof line, in)) {
+    if (line[0] == '*')
+      continue;
+    char *p = strchr(line, ':');
+    cr_assert_not_null(p, "bad line in %s: %s", src, line);
+    uint64_t off = strtoull(line, NULL, 16);
+    uint8_t bytes[16];
+    int n = 0;
+    for (p++; n < 16; p += 5) { /* " abcd" groups of two bytes */
+      unsigned a, b;
+      if (sscanf(p, " %2x%2x", &a, &b) != 2)
+        break;
+      bytes[n++] = (uint8_t)a;
+      bytes[n++] = (uint8_t)b;
+    }
+    cr_assert_eq(pwrite(fd, bytes, n, (off_t)off), n);
+    end = off + n;
+  }
+  cr_assert_eq(ftruncate(fd, (off_t)end), 0);
+  close(fd);
+  fclose(in);
+  return dst;
+}
+
+static void write_single_descriptor(const char *file, uint64_t sectors, uint32_t cluster_sectors)
+{
+  char xml[2048];
+  snprintf(xml, sizeof xml,
+           "<?xml version=\"1.0\"?>\n<Parallels_disk_image><Disk_Parameters>"
+           "<Disk_size>%llu</Disk_size></Disk_Parameters><StorageData><Storage>"
+           "<Start>0</Start><End>%llu</End><Blocksize>%u</Blocksize><Image><GUID>%s</GUID>"
+           "<Type>Compressed</Type><File>%s</File></Image></Storage></StorageData>"
+           "<Snapshots><TopGUID>%s</TopGUID><Shot><GUID>%s</GUID><ParentGUID>%s</ParentGUID>"
+           "</Shot></Snapshots></Parallels_disk_image>\n",
+           (unsigned long long)sectors, (unsigned long long)sectors, cluster_sectors,
+           PLOOP_TOP_GUID, file, PLOOP_TOP_GUID, PLOOP_TOP_GUID, PLOOP_NULL_GUID);
+  write_text(tpath("DiskDescriptor.xml"), xml);
+}
+
+/* The disk must read FILL at [off, off+len) of each range and zeros elsewhere. */
+struct fill {
+  uint64_t off, len;
+  uint8_t byte;
+};
+static void expect_contents(uint64_t size, const struct fill *f, size_t n)
+{
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDONLY));
+  cr_assert_eq(ploop_disk_size(disk), size);
+  uint8_t *b = malloc(size);
+  OK(ploop_disk_pread(disk, b, size, 0));
+  for (uint64_t i = 0; i < size; i++) {
+    uint8_t want = 0;
+    for (size_t k = 0; k < n; k++)
+      if (i >= f[k].off && i < f[k].off + f[k].len)
+        want = f[k].byte;
+    cr_assert_eq(b[i], want, "byte %llu is 0x%02x, want 0x%02x", (unsigned long long)i, b[i],
+                 want);
+  }
+  free(b);
+  OK(ploop_disk_close(disk));
+}
+
+Test(delta, vector_qemu_parallels_64k)
+{
+  const char *p = materialize("qemu-parallels-64k.xxd", "root.hds");
+  cr_assert_eq(file_size(p), 3 * 65536);
+  struct ploop_delta *d = NOTNULL(ploop_delta_open(p, PLOOP_OPEN_RDONLY));
+  struct ploop_delta_info in;
+  OK(ploop_delta_get_info(d, &in));
+  cr_assert_eq(in.version, 2);
+  cr_assert_eq(in.cluster_bytes, 65536);
+  cr_assert_eq(in.bat_entries, 16);
+  cr_assert_eq(in.virtual_bytes, 1 << 20);
+  cr_assert_eq(in.allocated_clusters, 2);
+  cr_assert_eq(in.flags, 0);
+  OK(ploop_delta_close(d));
+  write_single_descriptor("root.hds", 2048, 128);
+  const struct fill f[] = {{0, 512, 0xab}, {131072, 512, 0xcd}};
+  expect_contents(1 << 20, f, 2);
+}
+
+Test(delta, vector_ploop_v1_1m)
+{
+  const char *p = materialize("ploop-v1-1m.xxd", "root.hds");
+  cr_assert_eq(file_size(p), 2 << 20);
+  struct ploop_delta *d = NOTNULL(ploop_delta_open(p, PLOOP_OPEN_RDONLY));
+  struct ploop_delta_info in;
+  OK(ploop_delta_get_info(d, &in));
+  cr_assert_eq(in.version, 1);
+  cr_assert_eq(in.cluster_sectors, 2048);
+  cr_assert_eq(in.bat_entries, 2);
+  cr_assert_eq(in.allocated_clusters, 1);
+  OK(ploop_delta_close(d));
+  write_single_descriptor("root.hds", 4096, 2048);
+  const struct fill f[] = {{1 << 20, 512, 0x5a}};
+  expect_contents(2 << 20, f, 1);
+}
