@@ -497,13 +497,13 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
   int rc = -1;
   if (mkdir(p.fuse_dir, 0700) < 0 && errno != EEXIST) {
     ploop_set_error(PLOOP_ERR_IO, errno, "mkdir %s: %s", p.fuse_dir, strerror(errno));
-    goto fail_nostate;
+    goto fail;
   }
   char want_mp[PATH_MAX];
   snprintf(want_mp, sizeof(want_mp), "%s", i.mount_point);
   i.mount_point[0] = 0;
   if (daemon_start(i.disk_dir, &p, i.snapshot_guid, i.readonly, &i.daemon_pid) < 0)
-    goto fail_nostate;
+    goto fail;
   if (attach_state_write(p.state, &i) < 0)
     goto fail;
   char file[PATH_MAX + 16];
@@ -532,7 +532,6 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
   attach_unlock(lock);
   return rc;
 
-fail_nostate:
 fail: {
   /* Keep the first error: teardown may set its own. */
   char msg[1024];
