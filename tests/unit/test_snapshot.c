@@ -703,3 +703,69 @@ Test(snapshot, refused_merge_all_changes_nothing)
   cr_assert_eq(dir_fingerprint(), before, "a refused merge changed files in the disk directory");
   cr_assert_eq(n_images(), 4);
 }
+
+Test(resize, online_grow_with_relocation_under_concurrent_writers)
+{
+  /* 4 MiB -> 512 MiB at 32 KiB clusters needs 3 header clusters: the data
+   * clusters behind the BAT move while the writers keep rewriting them. */
+  static uint64_t done[NCLUSTERS];
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  volatile int stop = 0;
+  pthread_t t[NWRITERS];
+  struct cwriter w[NWRITERS];
+  for (int i = 0; i < NWRITERS; i++) {
+    w[i] = (struct cwriter){disk, i, &stop, 0, done};
+    cr_assert_eq(pthread_create(&t[i], NULL, cwriter_run, &w[i]), 0);
+  }
+  usleep(30000);
+  OK(ploop_disk_resize(disk, 512ull << 20, 0));
+  cr_assert_eq(ploop_disk_size(disk), 512ull << 20);
+  usleep(30000);
+  stop = 1;
+  for (int i = 0; i < NWRITERS; i++) {
+    pthread_join(t[i], NULL);
+    cr_assert_eq(w[i].failed, 0, "writer %d failed: %s", i, ploop_get_error());
+  }
+  OK(ploop_disk_close(disk));
+  uint64_t v[NCLUSTERS];
+  view_versions(NULL, v);
+  for (uint32_t c = 0; c < NCLUSTERS; c++)
+    cr_assert_eq(v[c], done[c], "cluster %u holds version %llu, last written %llu", c,
+                 (unsigned long long)v[c], (unsigned long long)done[c]);
+  cr_assert_eq(raw_le32(tpath("root.hds"), 48), 3 * 64, "BAT did not grow to 3 clusters");
+  assert_all_deltas_clean();
+}
+
+Test(snapshot, merge_into_a_raw_base)
+{
+  static uint8_t model[DISK_SIZE];
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 0, 3 * CL);
+  model_put(model, 1, 0, 3 * CL);
+  OK(ploop_disk_close(disk));
+  OK(ploop_convert_format(test_dir, true)); /* base becomes Plain */
+  char s1[PLOOP_UUID_LEN + 1];
+  OK(ploop_snapshot_create(test_dir, NULL, s1));
+  disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 2, CL + 100, CL);
+  model_put(model, 2, CL + 100, CL);
+  put(disk, 3, 50 * CL, 700);
+  model_put(model, 3, 50 * CL, 700);
+  cr_assert_eq(depth_at(disk, 0), 2, "cluster 0 comes from the raw base");
+  OK(ploop_disk_close(disk));
+  assert_disk_is(model, "raw base + top");
+  OK(ploop_snapshot_merge(test_dir, NULL, true, NULL, NULL));
+  cr_assert_eq(n_images(), 1);
+  assert_disk_is(model, "merged into the raw base");
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  cr_assert(d->images[0].plain, "the base should still be raw");
+  char *raw = NOTNULL(ploop_descriptor_image_path(d, &d->images[0]));
+  ploop_descriptor_free(d);
+  uint8_t *b = malloc(DISK_SIZE);
+  raw_pread(raw, b, DISK_SIZE, 0);
+  assert_equal_model(b, model, DISK_SIZE, "raw base file");
+  free(b);
+  free(raw);
+}
