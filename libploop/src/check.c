@@ -111,7 +111,7 @@ int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_repor
       r->clusters_misaligned++;
     else if (v == PLOOP_ZERO_INDEX || c < first)
       r->clusters_in_bat_area++;
-    else if ((c + 1) * cb > round_up(file_size, cb))
+    else if ((c + 1) * cb > file_size)
       r->clusters_beyond_eof++;
     else if (i * h.cluster_sectors >= h.size_sectors)
       r->clusters_beyond_size++;

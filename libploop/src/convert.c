@@ -60,31 +60,41 @@ out:
   return rc;
 }
 
+/* Can PATH convert to VERSION? 1 yes, 0 nothing to do, -1 refused. Read-only:
+ * a refused conversion must leave the file exactly as it was. */
+static int convert_feasible(const char *path, int version)
+{
+  struct ploop_delta *d = delta_open(path, PLOOP_OPEN_RDONLY);
+  if (!d)
+    return -1;
+  int rc = 1;
+  uint32_t cs = d->h.cluster_sectors;
+  if (d->h.version == version) {
+    rc = 0;
+  } else if (version == 1 && d->h.size_sectors > UINT32_MAX) {
+    rc = ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format v1 is limited to 2 TiB", path);
+  } else if (version == 1) {
+    for (uint64_t i = 0; i < d->h.bat_entries && rc == 1; i++)
+      if ((uint64_t)le32toh(delta_bat(d)[i]) * cs > UINT32_MAX)
+        rc = ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the image file is too large for format v1", path);
+  }
+  delta_close(d, false);
+  return rc;
+}
+
 static int convert_delta_version(const char *path, int version)
 {
+  int feasible = convert_feasible(path, version);
+  if (feasible <= 0)
+    return feasible;
   struct ploop_delta *d = delta_open(path, PLOOP_OPEN_RDWR);
   if (!d)
     return -1;
   int rc = -1;
   char bp[4096];
   backup_path(path, bp, sizeof bp);
-  if (d->h.version == version) {
-    rc = 0;
-    goto out;
-  }
   uint32_t cs = d->h.cluster_sectors;
   uint32_t *bat = delta_bat(d);
-  if (version == 1) {
-    if (d->h.size_sectors > UINT32_MAX) {
-      ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format v1 is limited to 2 TiB", path);
-      goto out;
-    }
-    for (uint64_t i = 0; i < d->h.bat_entries; i++)
-      if ((uint64_t)le32toh(bat[i]) * cs > UINT32_MAX) {
-        ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the image file is too large for format v1", path);
-        goto out;
-      }
-  }
   /* 1: backup of header + BAT, durable. */
   int bfd = open(bp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (bfd < 0) {
@@ -132,13 +142,15 @@ int ploop_convert_version(const char *dir_or_xml, int version)
   if (!d)
     return -1;
   int rc = 0;
-  for (size_t i = 0; i < d->n_images && rc == 0; i++) {
-    if (d->images[i].plain)
-      continue;
-    char *path = ploop_descriptor_image_path(d, &d->images[i]);
-    rc = path ? convert_delta_version(path, version) : -1;
-    free(path);
-  }
+  for (int pass = 0; pass < 2 && rc == 0; pass++) /* all deltas checked before any changes */
+    for (size_t i = 0; i < d->n_images && rc == 0; i++) {
+      if (d->images[i].plain)
+        continue;
+      char *path = ploop_descriptor_image_path(d, &d->images[i]);
+      rc = !path ? -1 : pass == 0 ? (convert_feasible(path, version) < 0 ? -1 : 0)
+                                  : convert_delta_version(path, version);
+      free(path);
+    }
   ploop_unlock_disk(lock);
   ploop_descriptor_free(d);
   return rc;

@@ -13,7 +13,9 @@
 #include "io.h"
 
 #define COPY_BATCH_BYTES (32u << 20)
-#define COPY_MAX_BATCH 1024u
+/* A batch's new clusters are all reserved at once: stay within the delta's
+ * table of in-flight allocations. */
+#define COPY_MAX_BATCH (PLOOP_MAX_INFLIGHT_ALLOC / 2)
 
 static unsigned batch_clusters(uint64_t cb)
 {

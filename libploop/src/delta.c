@@ -244,7 +244,7 @@ static int validate_bat(struct ploop_delta *d, uint64_t file_size)
       rc = corrupt(d->path, "BAT entry %llu points into the header/BAT area (cluster %llu)", i, c);
       break;
     }
-    if ((c + 1) * cb > round_up(file_size, cb)) {
+    if ((c + 1) * cb > file_size) {
       rc = corrupt(d->path, "BAT entry %llu points past the end of the file (cluster %llu)", i, c);
       break;
     }

@@ -505,10 +505,12 @@ int ploop_disk_dirty_get(struct ploop_disk *disk, uint8_t *bitmap, size_t bytes,
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: dirty tracking is not started", disk->dir);
   }
   size_t need = (size_t)div_round_up(div_round_up(disk->size_bytes, disk->cluster_bytes), 8);
-  size_t n = bytes < need ? bytes : need;
-  memcpy(bitmap, disk->dirty, n);
-  if (bytes > n)
-    memset(bitmap + n, 0, bytes - n);
+  if (bytes < need) {
+    pthread_rwlock_unlock(&disk->rw);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: dirty bitmap needs %zu bytes, got %zu", disk->dir, need, bytes);
+  }
+  memcpy(bitmap, disk->dirty, need);
+  memset(bitmap + need, 0, bytes - need);
   if (clear)
     memset(disk->dirty, 0, disk->dirty_bytes);
   pthread_rwlock_unlock(&disk->rw);

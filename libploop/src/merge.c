@@ -115,8 +115,16 @@ int ploop_snapshot_merge(const char *dir_or_xml, const char *guid, bool all, plo
   int rc = 0;
   char g[PLOOP_UUID_LEN + 1];
   if (all) {
+    /* Refuse before anything changes if any level cannot merge. */
+    size_t chain[PLOOP_MAX_DELTAS];
+    int levels = ploop_descriptor_chain(d, NULL, chain, PLOOP_MAX_DELTAS);
+    char parent[PLOOP_UUID_LEN + 1];
+    for (int i = 1; i < levels && rc == 0; i++)
+      rc = merge_preflight(d, d->images[chain[i]].guid, parent);
+    if (levels < 0)
+      rc = -1;
     /* Bottom-up: each delta is copied once, into the base. */
-    for (;;) {
+    for (; rc == 0;) {
       size_t idx[PLOOP_MAX_DELTAS];
       int n = ploop_descriptor_chain(d, NULL, idx, PLOOP_MAX_DELTAS);
       if (n < 0) {
