@@ -219,3 +219,26 @@ Test(check, whole_disk_check_reports_missing_delta)
   cr_assert(strstr(msg, "root.hds") || strstr(ploop_get_error(), "root.hds"),
             "should name the missing file: %s / %s", msg, ploop_get_error());
 }
+
+Test(check, format_extension_cluster_is_not_lost_and_is_dropped_on_write)
+{
+  /* A ploop CBT extension cluster appended at file cluster 3; the header
+   * points at it in sectors (ploop's cbt.c and qemu agree on sectors). */
+  const char *p = make_delta();
+  static uint8_t ext[CL];
+  uint64_t magic = htole64(0xAB234CEF23DCEA87ull);
+  memcpy(ext, &magic, 8);
+  raw_pwrite(p, ext, CL, 3 * CL);
+  raw_put_le64(p, 56, 3 * CL / 512);
+  struct ploop_check_report r;
+  cr_assert_eq(check(p, PLOOP_CHECK_FORCE, &r), 0);
+  cr_assert_eq(r.clusters_lost, 0, "the extension cluster is referenced by the header");
+  struct ploop_delta *d = NOTNULL(ploop_delta_open(p, PLOOP_OPEN_RDONLY));
+  OK(ploop_delta_close(d));
+  cr_assert_eq(raw_le64(p, 56), 3 * CL / 512, "a read-only open must not drop it");
+  d = NOTNULL(ploop_delta_open(p, PLOOP_OPEN_RDWR));
+  cr_assert_eq(raw_le64(p, 56), 0, "a writer must drop the (now stale) extension");
+  OK(ploop_delta_close(d));
+  cr_assert_eq(check(p, PLOOP_CHECK_FORCE, &r), 0);
+  cr_assert_eq(r.clusters_lost, 1, "once dropped, its cluster is ordinary lost space");
+}
