@@ -14,7 +14,8 @@
 
 const char *cli_verb_name;
 
-static void vprint_error(const char *fmt, va_list ap, const char *suffix)
+static void __attribute__((format(printf, 1, 0)))
+vprint_error(const char *fmt, va_list ap, const char *suffix)
 {
   /* Everything goes out in one write so the message stays one line even when
    * a progress bar was drawn or another process shares the terminal. */

@@ -39,7 +39,7 @@ static int run_snapshot(int argc, char **argv)
 {
   char uuid[PLOOP_UUID_LEN + 1], out[PLOOP_UUID_LEN + 1];
   bool have;
-  const char *disk;
+  const char *disk = NULL;
   int rc = parse_uuid_disk(argc, argv, false, uuid, &have, &disk);
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
@@ -65,7 +65,7 @@ static int run_snapshot_delete(int argc, char **argv)
 {
   char uuid[PLOOP_UUID_LEN + 1];
   bool have;
-  const char *disk;
+  const char *disk = NULL;
   int rc = parse_uuid_disk(argc, argv, true, uuid, &have, &disk);
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
@@ -78,7 +78,7 @@ static int run_snapshot_switch(int argc, char **argv)
 {
   char uuid[PLOOP_UUID_LEN + 1];
   bool have;
-  const char *disk;
+  const char *disk = NULL;
   int rc = parse_uuid_disk(argc, argv, true, uuid, &have, &disk);
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
