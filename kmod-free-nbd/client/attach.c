@@ -83,11 +83,15 @@ static void make_paths(const char *disk_dir, const char *guid, struct paths *p)
     p->control_socket[0] = 0;
 }
 
-static bool is_mount_point(const char *path)
+/* True when MOUNT_POINT is the root of a filesystem on DEVICE (and not
+ * whatever may be mounted there since a crash). */
+static bool mounted_from(const char *mount_point, const char *device)
 {
+  struct stat m, d;
   char type[32];
-  attach_mounted_fstype(path, type, sizeof(type));
-  return type[0] != 0;
+  attach_mounted_fstype(mount_point, type, sizeof(type));
+  return type[0] && stat(device, &d) == 0 && S_ISBLK(d.st_mode) && stat(mount_point, &m) == 0 &&
+         m.st_dev == d.st_rdev;
 }
 
 /* ---- the daemon ------------------------------------------------------- */
@@ -316,11 +320,43 @@ static int loop_attach(const char *file, bool readonly, const char *label, char 
   return rc;
 }
 
-static int loop_detach(const char *dev)
+/* Each attachment tags its loop device (lo_file_name starts "ploop:ID ") so
+ * that an umount long after a crash never detaches a device number that
+ * another attachment has taken since. */
+static void loop_tag(const struct paths *p, const char *disk_dir, char *out, size_t len)
+{
+  snprintf(out, len, "ploop:%s %s", p->id, disk_dir);
+}
+
+static bool loop_is_ours(int fd, const struct paths *p)
+{
+  struct loop_info64 li;
+  if (ioctl(fd, LOOP_GET_STATUS64, &li) < 0)
+    return false; /* ENXIO: nothing bound */
+  char want[32];
+  int n = snprintf(want, sizeof(want), "ploop:%s ", p->id);
+  return strncmp((const char *)li.lo_file_name, want, (size_t)n) == 0;
+}
+
+static bool loop_device_is_ours(const char *dev, const struct paths *p)
+{
+  int fd = open(dev, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  bool ours = loop_is_ours(fd, p);
+  close(fd);
+  return ours;
+}
+
+static int loop_detach(const char *dev, const struct paths *p)
 {
   int fd = open(dev, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return errno == ENOENT ? 0 : ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", dev, strerror(errno));
+  if (!loop_is_ours(fd, p)) {
+    close(fd);
+    return 0;
+  }
   int rc = 0;
   /* ENXIO: nothing bound any more (already detached). */
   for (int attempt = 0; ioctl(fd, LOOP_CLR_FD) < 0 && errno != ENXIO; attempt++) {
@@ -414,13 +450,19 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
 static int teardown(struct ploop_attach_info *i, const struct paths *p)
 {
   int rc = 0;
-  if (i->mount_point[0] && is_mount_point(i->mount_point)) {
+  /* After a crash and a manual cleanup the device number may belong to
+   * another attachment now: then neither it nor its mount is ours. */
+  if (i->device[0] && !loop_device_is_ours(i->device, p)) {
+    i->device[0] = 0;
+    i->mount_point[0] = 0;
+  }
+  if (i->mount_point[0] && mounted_from(i->mount_point, i->device)) {
     if (umount2(i->mount_point, 0) < 0)
       return ploop_set_error(errno == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, errno,
                          "umount %s: %s", i->mount_point, strerror(errno));
   }
   i->mount_point[0] = 0;
-  if (i->device[0] && loop_detach(i->device) < 0)
+  if (i->device[0] && loop_detach(i->device, p) < 0)
     return -1;
   i->device[0] = 0;
   i->daemon_alive = i->daemon_pid <= 0 || attach_daemon_alive(i->daemon_pid);
@@ -508,7 +550,9 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
     goto fail;
   char file[PATH_MAX + 16];
   snprintf(file, sizeof(file), "%s/%s", p.fuse_dir, PLOOP_ATTACH_FUSE_FILE);
-  if (loop_attach(file, i.readonly, i.disk_dir, i.device, sizeof(i.device)) < 0) {
+  char tag[PATH_MAX + 32];
+  loop_tag(&p, i.disk_dir, tag, sizeof(tag));
+  if (loop_attach(file, i.readonly, tag, i.device, sizeof(i.device)) < 0) {
     i.device[0] = 0;
     goto fail;
   }

@@ -50,6 +50,29 @@ no_leaks "$D"
 "$PLOOP" check -F "$D" >"$TMP/check.log" 2>&1 || { cat "$TMP/check.log"; fail "ploop check -F failed"; }
 "$PLOOP" check "$D" >/dev/null || fail "image not clean after repair"
 
+# A crashed attachment whose pieces an admin released by hand, its device
+# number since taken by another disk: umounting the stale one must not touch
+# the new one.
+E=$TMP/other
+new_disk "$E" 64M
+dev=$(att_mount "$D" "$MP")
+read -r pid _ < <(att_daemon "$D")
+kill -9 "$pid"
+for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+umount "$MP"
+losetup -d "$dev"
+edev=$(att_mount "$E" "$MP")
+echo "stale attachment had $dev, the new one got $edev"
+timeout 60 bash -c "$(declare -f att_umount); ATTACH_VIA=$ATTACH_VIA DRIVER=${DRIVER:-} PLOOP=$PLOOP att_umount '$D'" ||
+  fail "umount of the stale attachment failed"
+findmnt -n "$MP" >/dev/null || fail "umount of a stale attachment unmounted another disk"
+losetup -n -O BACK-FILE "$edev" | grep -qF "$(fuse_file_of "$(realpath "$E")")" ||
+  fail "umount of a stale attachment detached another disk's device"
+{ echo ok >"$MP/still-writable" && sync "$MP/still-writable"; } || fail "the other disk stopped working"
+att_umount "$E"
+no_leaks "$E" "$edev"
+"$PLOOP" check -F "$D" >/dev/null
+
 dev=$(att_mount "$D")
 # Exit 1: the journal was replayed (changes made), which a crash calls for.
 rc=0
