@@ -14,10 +14,10 @@ crash_loop() {
   [[ $mode == resize ]] && cluster=32K size=16M
   # Plain and snapshot: a BAT past the first 4 KiB page, so entries outside
   # the header's page go through the flush path only (1024 and 2048 entries).
-  [[ $mode == plain ]] && cluster=32K size=32M
+  [[ $mode == plain || $mode == threads ]] && cluster=32K size=32M
   [[ $mode == snapshot ]] && cluster=32K size=64M
   # Mixed: each round runs the next of these modes on the same disk.
-  local mixed=(snapshot merge resize convert) m=$mode
+  local mixed=(snapshot merge resize convert threads) m=$mode
   [[ $mode == mixed ]] && cluster=32K size=32M
   [[ -x $WRITER ]] || fail "$WRITER not built (make BUILD=... $WRITER)"
   [[ -x $PLOOP ]] || fail "$PLOOP not built"

@@ -1,7 +1,7 @@
 /* Crash-test driver for libploop (run by tests/integration/crash-kill.sh).
  *
  *   crash-writer init DIR SIZE CLUSTER_BYTES
- *   crash-writer write DIR LOG SEED MODE     (MODE: plain|snapshot|merge|resize|convert; runs until killed)
+ *   crash-writer write DIR LOG SEED MODE     (MODE: plain|threads|snapshot|merge|resize|convert; runs until killed)
  *   crash-writer verify DIR LOG BASELINE [--commit]
  *   crash-writer powerfail JOURNAL SEED       (see powerfail.h)
  *
@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,7 @@ struct op {
   uint64_t off, len;
   uint32_t seed;
   bool durable;
+  bool completed, in_flush; /* threads mode */
 };
 
 static int log_fd = -1;
@@ -180,6 +182,93 @@ static void close_disk(struct ploop_disk *d)
   log_durable();
 }
 
+/* ---- threads mode: concurrent writers and a flusher ---- */
+
+/* Four writers own interleaved 48 KiB stripes (not cluster-aligned, so two
+ * writers share clusters and race on allocation and copy-up); one thread
+ * flushes every few milliseconds.  Log: "Q idx ..." before an op, "C idx"
+ * after it returns, "B" before a flush and "E" after it: the ops completed
+ * before a "B" are durable at the following "E". */
+#define NTHREADS 4
+#define STRIPE (48u << 10)
+
+static uint64_t next_idx; /* atomic */
+
+struct twriter {
+  struct ploop_disk *disk;
+  unsigned id;
+  uint64_t rng;
+  uint8_t *buf;
+};
+
+static uint64_t rng_r(uint64_t *st)
+{
+  uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static void *twriter_run(void *arg)
+{
+  struct twriter *w = arg;
+  uint64_t size = ploop_disk_size(w->disk);
+  if (size > MAX_DISK)
+    size = MAX_DISK;
+  uint64_t stripes = size / STRIPE;
+  for (;;) {
+    uint64_t s = (rng_r(&w->rng) % (stripes / NTHREADS)) * NTHREADS + w->id;
+    uint64_t base = s * STRIPE, off, len;
+    if (rng_r(&w->rng) % 4 == 0) {
+      len = 1 + rng_r(&w->rng) % STRIPE;
+      off = base + rng_r(&w->rng) % (STRIPE - len + 1);
+    } else {
+      len = 512 * (1 + rng_r(&w->rng) % (STRIPE / 512));
+      off = base + 512 * (rng_r(&w->rng) % ((STRIPE - len) / 512 + 1));
+    }
+    unsigned pick = (unsigned)(rng_r(&w->rng) % 100);
+    char kind = pick < 80 ? OP_WRITE : pick < 90 ? OP_DISCARD : OP_ZERO;
+    bool fua = kind == OP_WRITE && rng_r(&w->rng) % 10 == 0;
+    uint32_t seed = (uint32_t)rng_r(&w->rng) | 1;
+    uint64_t idx = __atomic_add_fetch(&next_idx, 1, __ATOMIC_SEQ_CST);
+    log_line(false, "Q %" PRIu64 " %c %" PRIu64 " %" PRIu64 " %u\n", idx, kind, off, len, seed);
+    int rc;
+    if (kind == OP_WRITE) {
+      for (uint64_t i = 0; i < len; i++)
+        w->buf[i] = data_byte(seed, off + i);
+      rc = ploop_disk_pwrite(w->disk, w->buf, len, off, fua ? PLOOP_WRITE_FUA : 0);
+    } else if (kind == OP_DISCARD) {
+      rc = ploop_disk_discard(w->disk, off, len);
+    } else {
+      rc = ploop_disk_write_zeroes(w->disk, off, len, 0);
+    }
+    if (rc < 0)
+      lib_die("threaded I/O");
+    log_line(fua, fua ? "U %" PRIu64 "\n" : "C %" PRIu64 "\n", idx);
+  }
+  return NULL;
+}
+
+static void run_threads(struct ploop_disk *disk, uint64_t seed)
+{
+  struct twriter w[NTHREADS];
+  pthread_t t[NTHREADS];
+  for (unsigned i = 0; i < NTHREADS; i++) {
+    w[i] = (struct twriter){disk, i, seed * 31 + i, NULL};
+    if (posix_memalign((void **)&w[i].buf, 4096, STRIPE) != 0)
+      die("out of memory");
+    if (pthread_create(&t[i], NULL, twriter_run, &w[i]) != 0)
+      die("pthread_create failed");
+  }
+  for (;;) {
+    usleep(1000 * (1 + rng_below(20)));
+    log_line(false, "B\n");
+    if (ploop_disk_flush(disk) < 0)
+      lib_die("flush");
+    log_line(true, "E\n");
+  }
+}
+
 static int cmd_write(const char *dir, const char *logpath, uint64_t seed, const char *mode)
 {
   rng_state = seed;
@@ -190,6 +279,8 @@ static int cmd_write(const char *dir, const char *logpath, uint64_t seed, const 
     die("out of memory");
   struct ploop_disk *disk = open_rw(dir);
   log_line(true, "S %s\n", mode);
+  if (!strcmp(mode, "threads"))
+    run_threads(disk, seed);
   for (unsigned round = 0;; round++) {
     if (!strcmp(mode, "plain")) {
       burst(disk, 50);
@@ -285,6 +376,26 @@ static struct op *read_log(const char *path, size_t *n_out, uint64_t *min_size, 
       if (n == cap)
         ops = realloc(ops, (cap *= 2) * sizeof *ops);
       ops[n++] = o;
+    } else if (sscanf(line, "Q %" SCNu64 " %c %" SCNu64 " %" SCNu64 " %" SCNu32, &v, &o.kind,
+                      &o.off, &o.len, &o.seed) == 5 && v >= 1) {
+      /* Threads mode: explicit indexes, lines may come out of order. */
+      while (cap < v)
+        ops = realloc(ops, (cap *= 2) * sizeof *ops);
+      if (v > n) {
+        memset(ops + n, 0, (v - n) * sizeof *ops);
+        n = v;
+      }
+      ops[v - 1] = o;
+    } else if (sscanf(line, "C %" SCNu64, &v) == 1) {
+      if (v >= 1 && v <= n)
+        ops[v - 1].completed = true;
+    } else if (line[0] == 'B' && line[1] == '\n') {
+      for (size_t i = 0; i < n; i++)
+        ops[i].in_flush = ops[i].completed;
+    } else if (line[0] == 'E' && line[1] == '\n') {
+      for (size_t i = 0; i < n; i++)
+        if (ops[i].in_flush)
+          ops[i].durable = true;
     } else if (sscanf(line, "F %" SCNu64, &v) == 1) {
       for (uint64_t i = 0; i < v && i < n; i++)
         ops[i].durable = true;
@@ -430,7 +541,7 @@ int main(int argc, char **argv)
   if ((argc == 5 || argc == 6) && !strcmp(argv[1], "verify"))
     return cmd_verify(argv[2], argv[3], argv[4], argc == 6 && !strcmp(argv[5], "--commit"));
   fprintf(stderr, "usage: crash-writer init DIR SIZE CLUSTER_BYTES\n"
-                  "       crash-writer write DIR LOG SEED plain|snapshot|merge|resize|convert\n"
+                  "       crash-writer write DIR LOG SEED plain|threads|snapshot|merge|resize|convert\n"
                   "       crash-writer verify DIR LOG BASELINE [--commit]\n"
                   "       crash-writer powerfail JOURNAL SEED\n");
   return 2;

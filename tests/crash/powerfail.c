@@ -2,7 +2,7 @@
  *
  * Recording: when PLOOP_POWERFAIL_JOURNAL and PLOOP_POWERFAIL_DIR are set,
  * this file's definitions of pwrite64, fallocate64, ftruncate64, fdatasync,
- * fsync and io_submit take the place of libc's and libaio's for libploop
+ * fsync, io_submit and io_getevents take the place of libc's and libaio's for libploop
  * (linked statically into crash-writer).  For every change to a file under
  * the directory they append to the journal the bytes before and after, then
  * call the real function; a sync appends a sync mark.  The journal is plain
@@ -255,11 +255,26 @@ int io_submit(io_context_t ctx, long nr, struct iocb *ios[])
         journal_write(cb->aio_fildes, &v, 1, (uint64_t)cb->u.c.offset);
       } else if (cb->aio_lio_opcode == IO_CMD_PWRITEV) {
         journal_write(cb->aio_fildes, cb->u.v.vec, cb->u.v.nr, (uint64_t)cb->u.v.offset);
-      } else if (cb->aio_lio_opcode == IO_CMD_FSYNC || cb->aio_lio_opcode == IO_CMD_FDSYNC) {
-        abort(); /* would need completion-time marks; the library does not do it */
-      }
+      } /* an aio fsync is marked when it completes: see io_getevents */
     }
   int rc = real_io_submit(ctx, nr, ios);
+  pthread_mutex_unlock(&jlock);
+  return rc;
+}
+
+int io_getevents(io_context_t ctx, long min_nr, long nr, struct io_event *events,
+                 struct timespec *timeout)
+{
+  REAL(int, io_getevents, io_context_t, long, long, struct io_event *, struct timespec *);
+  int rc = real_io_getevents(ctx, min_nr, nr, events, timeout);
+  pthread_mutex_lock(&jlock);
+  if (journal_on())
+    for (int i = 0; i < rc; i++) {
+      struct iocb *cb = events[i].obj;
+      if ((cb->aio_lio_opcode == IO_CMD_FSYNC || cb->aio_lio_opcode == IO_CMD_FDSYNC) &&
+          (long)events[i].res == 0)
+        journal_sync(cb->aio_fildes);
+    }
   pthread_mutex_unlock(&jlock);
   return rc;
 }
