@@ -5,4 +5,4 @@
 # write read back. Snapshot mode, so partial writes copy up older data.
 source "$(dirname "$0")/functions.sh"
 source "$TOP/tests/crash/crash-lib.bash"
-POWERFAIL=1 crash_loop snapshot 14
+POWERFAIL=1 crash_loop snapshot 12
