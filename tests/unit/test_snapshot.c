@@ -769,3 +769,25 @@ Test(snapshot, merge_into_a_raw_base)
   free(b);
   free(raw);
 }
+
+/* More changed clusters than the library keeps allocations in flight (256):
+ * the bulk copy of a merge must not wait on itself. */
+Test(snapshot, merge_of_many_small_clusters_completes, .timeout = 60)
+{
+  const uint64_t size = 1024ull * CL; /* 32 MiB of 32 KiB clusters */
+  make_disk(size, CL / 512);
+  char s1[PLOOP_UUID_LEN + 1];
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 0, CL); /* the base holds one cluster, the rest come from above */
+  OK(ploop_disk_snapshot(disk, NULL, s1));
+  put(disk, 2, 0, size);
+  OK(ploop_disk_close(disk));
+  OK(ploop_snapshot_merge(test_dir, NULL, true, NULL, NULL));
+  cr_assert_eq(n_images(), 1);
+  disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDONLY));
+  uint8_t *b = malloc(size);
+  OK(ploop_disk_pread(disk, b, size, 0));
+  cr_assert_eq(check_pattern(b, size, 2, 0), -1, "merged data differs");
+  free(b);
+  OK(ploop_disk_close(disk));
+}
