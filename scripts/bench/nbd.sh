@@ -59,7 +59,14 @@ fio_iops() {
     --size="$SIZE" --numjobs=1 --group_reporting $(wl_args "$wl") "$@" >"$W/fio.json" 2>"$W/fio.err" ||
     { echo "fio failed: $(tail -2 "$W/fio.err")" >&2; echo 0; return; }
   # The nbd engine prints "connected" on stdout before the JSON.
-  python3 -c 'import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[t.index("{"):])["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))' "$W/fio.json"
+  python3 -c '
+import json, sys
+t = open(sys.argv[1]).read()
+try:
+    j = json.loads(t[t.index("{"):])["jobs"][0]
+    print(int(j["read"]["iops"] + j["write"]["iops"]))
+except ValueError:
+    print(0)' "$W/fio.json"
 }
 
 # ---- images -----------------------------------------------------------
