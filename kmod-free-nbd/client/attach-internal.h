@@ -15,8 +15,9 @@ int attach_lock(void);
 void attach_unlock(int fd);
 int attach_state_write(const char *path, const struct ploop_attach_info *i);
 int attach_state_read(const char *path, struct ploop_attach_info *i);
-/* True when PID is a running ploop-nbd (pid files outlive processes). */
-bool attach_daemon_alive(pid_t pid);
+/* True when PID is a running ploop-nbd serving FUSE_DIR (pid files outlive
+ * processes, and pids are reused). */
+bool attach_daemon_alive(pid_t pid, const char *fuse_dir);
 /* Copies V into DST (LEN bytes), truncating. */
 void attach_copy_field(char *dst, size_t len, const char *v);
 /* Lookup of the state of one attachment (by disk dir, mount point, device). */

@@ -96,7 +96,7 @@ int attach_state_write(const char *path, const struct ploop_attach_info *i)
 
 
 /* True when PID runs ploop-nbd (a pid file may outlive its process). */
-bool attach_daemon_alive(pid_t pid)
+bool attach_daemon_alive(pid_t pid, const char *fuse_dir)
 {
   if (pid <= 0 || kill(pid, 0) < 0)
     return false;
@@ -108,7 +108,24 @@ bool attach_daemon_alive(pid_t pid)
   exe[n] = 0;
   const char *base = strrchr(exe, '/');
   base = base ? base + 1 : exe;
-  return strncmp(base, "ploop-nbd", 9) == 0;
+  if (strncmp(base, "ploop-nbd", 9) != 0)
+    return false;
+  /* The pid may since belong to the daemon of another attachment: ours
+   * was started with our FUSE directory on its command line. */
+  char path[64], args[8192];
+  snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t len = read(fd, args, sizeof(args) - 1);
+  close(fd);
+  if (len <= 0)
+    return false;
+  args[len] = 0;
+  for (ssize_t k = 0; k < len; k += (ssize_t)strlen(args + k) + 1)
+    if (strcmp(args + k, fuse_dir) == 0)
+      return true;
+  return false;
 }
 
 int attach_state_read(const char *path, struct ploop_attach_info *i)
@@ -149,7 +166,7 @@ int attach_state_read(const char *path, struct ploop_attach_info *i)
       i->readonly = atoi(v) != 0;
   }
   fclose(f);
-  i->daemon_alive = attach_daemon_alive(i->daemon_pid);
+  i->daemon_alive = attach_daemon_alive(i->daemon_pid, i->fuse_dir);
   return 0;
 }
 

@@ -159,9 +159,9 @@ static bool fuse_ready(const char *fuse_dir, dev_t parent_dev)
 }
 
 /* Stops the daemon: SIGTERM lets it flush and clear the in-use mark. */
-static int daemon_stop(pid_t pid)
+static int daemon_stop(pid_t pid, const char *fuse_dir)
 {
-  if (!attach_daemon_alive(pid))
+  if (!attach_daemon_alive(pid, fuse_dir))
     return 0;
   if (kill(pid, SIGTERM) < 0 && errno != ESRCH)
     return ploop_set_error(PLOOP_ERR_GENERIC, errno, "stop ploop-nbd (pid %d): %s", (int)pid,
@@ -169,7 +169,7 @@ static int daemon_stop(pid_t pid)
   for (unsigned waited = 0; waited < DAEMON_STOP_TIMEOUT_MS; waited += 20) {
     /* Reap it if it is our own child (attach and umount in one process). */
     waitpid(pid, NULL, WNOHANG);
-    if (!attach_daemon_alive(pid))
+    if (!attach_daemon_alive(pid, fuse_dir))
       return 0;
     sleep_ms(20);
   }
@@ -258,7 +258,7 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
       waitpid(child, NULL, 0);
     }
     if (pid > 0)
-      daemon_stop(pid);
+      daemon_stop(pid, p->fuse_dir);
     umount2(p->fuse_dir, MNT_DETACH);
     if (!exited)
       return ploop_set_error(PLOOP_ERR_GENERIC, ETIMEDOUT, "ploop-nbd did not export %s in %d s",
@@ -465,8 +465,8 @@ static int teardown(struct ploop_attach_info *i, const struct paths *p)
   if (i->device[0] && loop_detach(i->device, p) < 0)
     return -1;
   i->device[0] = 0;
-  i->daemon_alive = i->daemon_pid <= 0 || attach_daemon_alive(i->daemon_pid);
-  if (i->daemon_pid > 0 && daemon_stop(i->daemon_pid) < 0 && rc == 0)
+  i->daemon_alive = i->daemon_pid <= 0 || attach_daemon_alive(i->daemon_pid, i->fuse_dir);
+  if (i->daemon_pid > 0 && daemon_stop(i->daemon_pid, i->fuse_dir) < 0 && rc == 0)
     rc = -1;
   /* A daemon that died leaves its FUSE mount behind ("transport endpoint
    * is not connected"); a detached unmount always succeeds. */
