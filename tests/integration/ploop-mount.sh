@@ -87,6 +87,18 @@ wait
 [[ $($PLOOP info --json "$D" | jq_py 'd["server"]["depth"]') -eq 1 ]] || fail "daemon still sees 2 deltas"
 sync
 
+# --- compact: a deleted 20 MiB file gives its clusters back, the image file shrinks
+top=$($PLOOP snapshot-list -H -o current,fname "$D" | awk '$1 == "*" {print $2}')
+before=$(stat -c %s "$top")
+rm "$M/one"
+sync
+out=$($PLOOP compact "$D")
+echo "$out"
+reclaimed=$(sed -n 's/.* \([0-9]*\) bytes reclaimed.*/\1/p' <<<"$out")
+after=$(stat -c %s "$top")
+[[ $reclaimed -ge $((16 << 20)) && $after -le $((before - (16 << 20))) ]] ||
+  fail "compact reclaimed '$reclaimed' bytes, image $before -> $after"
+
 # --- umount: nothing attached, mark cleared, disk clean; second umount is an error
 sha_two=$(sum "$M/two")
 sha_three=$(sum "$M/three")
