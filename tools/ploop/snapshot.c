@@ -319,8 +319,9 @@ const struct cli_verb verb_snapshot_merge = {
     .run = run_snapshot_merge,
     .synopsis = "snapshot-merge [-u UUID | -A] DISK",
     .summary = "merge a snapshot into its parent, or every delta into the base",
-    .details = "  -u, --uuid UUID   the snapshot to merge into its parent\n"
-               "                    (default: the top's parent)\n"
+    .details = "  -u, --uuid UUID   the snapshot to merge into its parent (the parent's\n"
+               "                    state is gone after, UUID keeps its own)\n"
+               "                    default: the current top into the snapshot below it\n"
                "  -A, --all         merge every delta down into the base image\n"
                "Online when ploop-nbd serves the disk, offline otherwise.\n",
 };
