@@ -233,7 +233,7 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
   if (!d)
     return -1;
   int lock = -1;
-  if ((flags & PLOOP_CHECK_REPAIR) && (lock = ploop_lock_disk(d->dir)) < 0) {
+  if ((flags & PLOOP_CHECK_REPAIR) && (lock = ploop_lock_disk(d->dir, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS)) < 0) {
     ploop_descriptor_free(d);
     return -1;
   }

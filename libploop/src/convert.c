@@ -138,7 +138,7 @@ int ploop_convert_version(const char *dir_or_xml, int version)
   if (version != 1 && version != 2)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "format version must be 1 or 2, not %d", version);
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
   if (!d)
     return -1;
   int rc = 0;
@@ -167,7 +167,7 @@ static void sibling_name(const char *old, const char *ext, char *out, size_t len
 int ploop_convert_format(const char *dir_or_xml, bool to_raw)
 {
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
   if (!d)
     return -1;
   int rc = -1;
@@ -194,8 +194,8 @@ int ploop_convert_format(const char *dir_or_xml, bool to_raw)
     goto out;
   }
   if (to_raw) {
-    /* export opens the disk read-only: it needs no lock, we hold it. */
-    if (ploop_export_raw(d->dir, NULL, newpath, NULL, NULL, NULL) < 0)
+    /* We hold the disk lock: the export must not take it again. */
+    if (export_raw(d->dir, NULL, newpath, PLOOP_OPEN_RDONLY | PLOOP_OPEN_NO_LOCK, NULL, NULL, NULL) < 0)
       goto out;
   } else {
     src = delta_open_raw(oldpath, d->cluster_sectors, false);

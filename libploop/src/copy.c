@@ -50,8 +50,14 @@ static int reserve_clusters(struct ploop_delta *d, uint64_t off, uint64_t count)
 int ploop_export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *dst,
                      ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats)
 {
+  return export_raw(dir_or_xml, snapshot_guid, dst, PLOOP_OPEN_RDONLY, progress, opaque, stats);
+}
+
+int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *dst, unsigned open_flags,
+               ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats)
+{
   struct ploop_copy_stats st = {0};
-  struct ploop_disk *disk = ploop_disk_open(dir_or_xml, snapshot_guid, PLOOP_OPEN_RDONLY);
+  struct ploop_disk *disk = ploop_disk_open(dir_or_xml, snapshot_guid, open_flags);
   if (!disk)
     return -1;
   int rc = -1, fd = -1;

@@ -117,8 +117,11 @@ struct ploop_disk *ploop_disk_open(const char *dir_or_xml, const char *snapshot_
   disk->dir = ploop_strdup(disk->desc->dir);
   if (!disk->dir)
     goto fail;
-  if (disk->rdwr && !(flags & PLOOP_OPEN_NO_LOCK) && (disk->lock_fd = ploop_lock_disk(disk->dir)) < 0)
-    goto fail;
+  if (!(flags & PLOOP_OPEN_NO_LOCK)) {
+    disk->lock_fd = ploop_lock_disk(disk->dir, disk->rdwr ? PLOOP_LOCK_WRITER : PLOOP_LOCK_READER);
+    if (disk->lock_fd == -1)
+      goto fail;
+  }
   if (snapshot_guid) {
     if (!strcmp(guid, disk->desc->top_guid)) {
       snapshot_guid = NULL; /* the top itself */

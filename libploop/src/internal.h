@@ -115,8 +115,13 @@ int delta_create_file_nosync(const char *path, const struct ploop_delta_create_p
 void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors);
 
 /* ---- locking (lock.c) ---- */
-/* Exclusive lock of a disk directory; returns an fd to close for unlock. */
-int ploop_lock_disk(const char *dir);
+/* Locks of a disk directory (lock.c); each returns an fd to close for
+ * unlock, -1 on error, or -2 (READER only) where the directory is read-only
+ * media and no lock is needed. */
+#define PLOOP_LOCK_WRITER 1u  /* one process changes the disk at a time */
+#define PLOOP_LOCK_DELTAS 2u  /* existing deltas get rewritten or removed (alone: the writer already holds byte 0) */
+#define PLOOP_LOCK_READER 4u  /* shared: a snapshot is open read-only */
+int ploop_lock_disk(const char *dir, unsigned what);
 void ploop_unlock_disk(int fd);
 
 /* ---- disk (disk.c) ---- */
@@ -149,13 +154,16 @@ void disk_close_deltas(struct ploop_disk *disk, bool clean);
 
 /* ---- copy helpers (copy.c) ---- */
 /* Copy every cluster X holds into P (below it), appending in P as needed. */
+/* ploop_export_raw with explicit open flags (PLOOP_OPEN_NO_LOCK when the caller holds the lock). */
+int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *dst, unsigned open_flags,
+               ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats);
 int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, ploop_progress_fn progress,
                      void *opaque, uint64_t done_base, uint64_t total);
 /* Undo an interrupted version conversion from its backup (check -r). 1 = restored, 0 = no backup. */
 int convert_restore_backup(const char *path);
 
 /* ---- snapshots, merge, resize ---- */
-struct ploop_descriptor *descriptor_load_locked(const char *dir_or_xml, int *lock);
+struct ploop_descriptor *descriptor_load_locked(const char *dir_or_xml, int *lock, unsigned what);
 /* Offline: merge image CHILD_GUID into its parent; the parent's file takes
  * the child's GUID. D is loaded with the disk lock held and is updated. */
 int merge_child_into_parent(struct ploop_descriptor *d, const char *child_guid, ploop_progress_fn progress,

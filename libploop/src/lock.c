@@ -1,6 +1,8 @@
-/* The disk lock: an open-file-description lock on DIR/DiskDescriptor.xml.lck
- * held by whoever changes the disk (one writer at a time). The file records
- * the holder so a refusal can say who holds it. */
+/* The disk lock: open-file-description locks on DIR/DiskDescriptor.xml.lck.
+ * Byte 0 is the writer's (one process changes the disk at a time); byte 1
+ * guards the snapshots: readers of a snapshot share it, and whoever rewrites
+ * or removes existing deltas (merge, delete, switch, convert) takes it
+ * alone. The file records the last writer so a refusal can say who holds it. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,15 +10,29 @@
 
 #include "internal.h"
 
-int ploop_lock_disk(const char *dir)
+static int lock_byte(int fd, short type, off_t byte)
+{
+  struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1};
+  return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+int ploop_lock_disk(const char *dir, unsigned what)
 {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.lck", dir, PLOOP_DESCRIPTOR_NAME);
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0 && what == PLOOP_LOCK_READER && (errno == EROFS || errno == EACCES))
+    return -2; /* read-only media: nobody can change the disk, no lock needed */
   if (fd < 0)
     return ploop_error_os(path, "open lock file");
-  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-  if (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
+  if (what == PLOOP_LOCK_READER) {
+    if (lock_byte(fd, F_RDLCK, 1) < 0) {
+      close(fd);
+      return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: snapshots are being merged or removed; try again later", dir);
+    }
+    return fd;
+  }
+  if ((what & PLOOP_LOCK_WRITER) && lock_byte(fd, F_WRLCK, 0) < 0) {
     int e = errno;
     char holder[256] = "another process";
     ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
@@ -30,6 +46,13 @@ int ploop_lock_disk(const char *dir)
     errno = e;
     return ploop_error_os(path, "lock");
   }
+  if ((what & PLOOP_LOCK_DELTAS) && lock_byte(fd, F_WRLCK, 1) < 0) {
+    close(fd);
+    return ploop_error(PLOOP_ERR_BUSY, EBUSY,
+                       "%s: a snapshot of the disk is open (exported or served); close it first", dir);
+  }
+  if (!(what & PLOOP_LOCK_WRITER))
+    return fd;
   char comm[64] = "?", who[160];
   FILE *f = fopen("/proc/self/comm", "re");
   if (f) {
@@ -46,10 +69,6 @@ int ploop_lock_disk(const char *dir)
 
 void ploop_unlock_disk(int fd)
 {
-  if (fd < 0)
-    return;
-  if (ftruncate(fd, 0) < 0) {
-    /* advisory record only */
-  }
-  close(fd);
+  if (fd >= 0)
+    close(fd); /* the holder record stays: it is read only while the lock is held */
 }

@@ -109,7 +109,7 @@ int ploop_snapshot_merge(const char *dir_or_xml, const char *guid, bool all, plo
                          void *opaque)
 {
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
   if (!d)
     return -1;
   int rc = 0;
@@ -220,10 +220,25 @@ unlock:
   return rc;
 }
 
+static int disk_merge_all_or_one(struct ploop_disk *disk, const char *guid, bool all, ploop_progress_fn progress,
+                                 void *opaque);
+
 int ploop_disk_merge(struct ploop_disk *disk, const char *guid, bool all, ploop_progress_fn progress, void *opaque)
 {
   if (!disk->rdwr || disk->snapshot_guid)
     return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: merge needs the disk open read-write", disk->dir);
+  /* No one may be reading a snapshot whose delta this merge rewrites. */
+  int lock = ploop_lock_disk(disk->dir, PLOOP_LOCK_DELTAS);
+  if (lock == -1 && !(disk->open_flags & PLOOP_OPEN_NO_LOCK))
+    return -1;
+  int rc = disk_merge_all_or_one(disk, guid, all, progress, opaque);
+  ploop_unlock_disk(lock);
+  return rc;
+}
+
+static int disk_merge_all_or_one(struct ploop_disk *disk, const char *guid, bool all, ploop_progress_fn progress,
+                                 void *opaque)
+{
   if (all) {
     while (disk->n > 1)
       if (disk_merge_index(disk, disk->n - 2, progress, opaque) < 0)

@@ -123,7 +123,7 @@ out:
 int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out)
 {
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER);
   if (!d)
     return -1;
   int rc = -1;
@@ -189,12 +189,12 @@ out:
 }
 
 /* Loads the descriptor with the disk lock held; *LOCK receives the lock fd. */
-struct ploop_descriptor *descriptor_load_locked(const char *dir_or_xml, int *lock)
+struct ploop_descriptor *descriptor_load_locked(const char *dir_or_xml, int *lock, unsigned what)
 {
   struct ploop_descriptor *d = ploop_descriptor_load(dir_or_xml);
   if (!d)
     return NULL;
-  *lock = ploop_lock_disk(d->dir);
+  *lock = ploop_lock_disk(d->dir, what);
   if (*lock < 0) {
     ploop_descriptor_free(d);
     return NULL;
@@ -215,7 +215,7 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid)
   if (ploop_uuid_normalize(guid, g) < 0)
     return -1;
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
   if (!d)
     return -1;
   int rc = -1;
@@ -277,7 +277,7 @@ int ploop_snapshot_delete(const char *dir_or_xml, const char *guid)
   if (ploop_uuid_normalize(guid, g) < 0)
     return -1;
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock);
+  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
   if (!d)
     return -1;
   int rc = -1;
