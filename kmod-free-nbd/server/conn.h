@@ -23,7 +23,9 @@ struct conn {
   bool no_zeroes;
   bool structured;
   bool block_size_requested; /* client promised to honour min/max */
-  bool meta_base, meta_depth; /* selected meta contexts */
+  bool meta_base, meta_depth, meta_dirty; /* selected meta contexts */
+  uint8_t *dirty_map;         /* ploop:dirty, copied at GO; NULL = all dirty */
+  uint64_t dirty_clusters, dirty_cluster_bytes;
   char meta_export[NBD_MAX_STRING + 1]; /* export the contexts were set for */
   struct export_ref exp;
   uint16_t eflags;

@@ -125,6 +125,7 @@ void conn_serve(int rfd, int wfd) {
 
   close(rfd);
   if (wfd != rfd) close(wfd);
+  free(c->dirty_map);
   pthread_mutex_destroy(&c->rlock);
   pthread_mutex_destroy(&c->wlock);
   pthread_mutex_destroy(&c->wk_lock);

@@ -135,7 +135,7 @@ static int opt_info_go(struct conn *c, uint32_t opt, const uint8_t *data, uint32
   c->eflags = eflags;
   c->block_size_requested = want_bs;
   /* Contexts were chosen for one export: they do not carry over to another. */
-  if (strcmp(c->meta_export, name) != 0) c->meta_base = c->meta_depth = false;
+  if (strcmp(c->meta_export, name) != 0) c->meta_base = c->meta_depth = c->meta_dirty = false;
   return 1;
 }
 
@@ -161,7 +161,7 @@ static int opt_export_name(struct conn *c, const uint8_t *data, uint32_t len) {
     return -1;
   }
   c->exp = ref;
-  if (strcmp(c->meta_export, name) != 0) c->meta_base = c->meta_depth = false;
+  if (strcmp(c->meta_export, name) != 0) c->meta_base = c->meta_depth = c->meta_dirty = false;
   return 1;
 }
 
@@ -203,16 +203,18 @@ static int opt_meta(struct conn *c, uint32_t opt, const uint8_t *data, uint32_t 
   char msg[256];
   if (export_acquire(name, &ref, msg, sizeof msg) < 0)
     return send_error(c, opt, NBD_REP_ERR_UNKNOWN, "%s", msg);
+  bool dirty_ok = !ref.snap && ref.de->dirty_tracking;
   export_release(&ref);
 
   if (set) {
-    c->meta_base = c->meta_depth = false;
+    c->meta_base = c->meta_depth = c->meta_dirty = false;
     snprintf(c->meta_export, sizeof c->meta_export, "%s", name);
   }
   int r = 0;
   if (!set && nq == 0) {
     r = send_meta(c, opt, META_ID_BASE_ALLOCATION, META_BASE_ALLOCATION);
     if (r == 0) r = send_meta(c, opt, META_ID_ALLOCATION_DEPTH, META_ALLOCATION_DEPTH);
+    if (r == 0 && dirty_ok) r = send_meta(c, opt, META_ID_DIRTY, META_DIRTY);
   }
   pos = 8 + namelen;
   for (uint32_t i = 0; i < nq && r == 0; i++) {
@@ -222,6 +224,7 @@ static int opt_meta(struct conn *c, uint32_t opt, const uint8_t *data, uint32_t 
 #define QUERY_IS(s) (ql == sizeof(s) - 1 && memcmp(q, s, ql) == 0)
     bool base = QUERY_IS(META_BASE_ALLOCATION) || (!set && QUERY_IS("base:"));
     bool depth = QUERY_IS(META_ALLOCATION_DEPTH) || (!set && QUERY_IS("ploop:"));
+    bool dirty = dirty_ok && (QUERY_IS(META_DIRTY) || (!set && QUERY_IS("ploop:")));
 #undef QUERY_IS
     if (base && !(set && c->meta_base)) {
       if (set) c->meta_base = true;
@@ -231,9 +234,31 @@ static int opt_meta(struct conn *c, uint32_t opt, const uint8_t *data, uint32_t 
       if (set) c->meta_depth = true;
       r = send_meta(c, opt, META_ID_ALLOCATION_DEPTH, META_ALLOCATION_DEPTH);
     }
+    if (dirty && r == 0 && !(set && c->meta_dirty)) {
+      if (set) c->meta_dirty = true;
+      r = send_meta(c, opt, META_ID_DIRTY, META_DIRTY);
+    }
   }
   if (r == 0) r = send_reply(c, opt, NBD_REP_ACK, NULL, 0);
   return r;
+}
+
+/* ploop:dirty answers from a copy taken now: one drain of in-flight I/O per
+ * client instead of one per BLOCK_STATUS.  Without a copy, every cluster
+ * reads as changed, which is always a safe answer for a backup. */
+static void take_dirty_map(struct conn *c) {
+  if (!c->meta_dirty) return;
+  struct ploop_disk *disk = c->exp.disk;
+  uint64_t cl = ploop_disk_cluster_size(disk);
+  uint64_t clusters = (ploop_disk_size(disk) + cl - 1) / cl;
+  uint8_t *map = calloc(1, (size_t)((clusters + 7) / 8) + 1);
+  if (map && ploop_disk_dirty_get(disk, map, (size_t)((clusters + 7) / 8), false) == 0) {
+    c->dirty_map = map;
+    c->dirty_clusters = clusters;
+  } else {
+    free(map);
+  }
+  c->dirty_cluster_bytes = cl;
 }
 
 int handshake(struct conn *c) {
@@ -317,6 +342,7 @@ int handshake(struct conn *c) {
     }
     if (r != 0) {
       result = r > 0 ? 0 : -1;
+      if (result == 0) take_dirty_map(c);
       break;
     }
   }

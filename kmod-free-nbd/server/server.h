@@ -23,8 +23,13 @@
 /* Meta context ids (opaque to the client, stable in a session). */
 #define META_ID_BASE_ALLOCATION 1u
 #define META_ID_ALLOCATION_DEPTH 2u
+#define META_ID_DIRTY 3u
 #define META_BASE_ALLOCATION "base:allocation"
 #define META_ALLOCATION_DEPTH "ploop:allocation-depth"
+/* Clusters written since dirty tracking started (or the last DIRTY GET
+ * CLEAR), as of the moment the client entered transmission: status 1 =
+ * changed.  Offered on the live disk while tracking is on. */
+#define META_DIRTY "ploop:dirty"
 
 struct ploop_fuse_export;
 
@@ -49,7 +54,7 @@ struct disk_export {
   pthread_t ctl_thread;
   bool ctl_running;
   atomic_int ctl_client; /* control client being served, -1 if none */
-  bool dirty_tracking;
+  atomic_bool dirty_tracking;
   atomic_uint connections;
 };
 

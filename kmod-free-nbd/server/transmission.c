@@ -88,7 +88,7 @@ static uint32_t validate_request(const struct conn *c, const struct request *r, 
     ranged = false;
     break;
   case NBD_CMD_BLOCK_STATUS:
-    if (!c->structured || !(c->meta_base || c->meta_depth)) return NBD_EINVAL;
+    if (!c->structured || !(c->meta_base || c->meta_depth || c->meta_dirty)) return NBD_EINVAL;
     break;
   default:
     return NBD_EINVAL;
@@ -264,46 +264,75 @@ static int do_read(struct worker *w, const struct request *r, uint64_t cookie) {
   return reply_simple(c, cookie, 0, w->buf, r->count);
 }
 
+/* ploop:dirty descriptors for [OFF, OFF+LEN) from the connection's copy
+ * of the dirty bitmap (see take_dirty_map in handshake.c). */
+static unsigned dirty_extents(const struct conn *c, uint64_t off, uint64_t len, bool one,
+                              struct nbd_block_descriptor *d) {
+  const uint64_t cb = c->dirty_cluster_bytes, end = off + len;
+  unsigned n = 0;
+  for (uint64_t pos = off; pos < end;) {
+    uint64_t vc = pos / cb, next = (vc + 1) * cb < end ? (vc + 1) * cb : end;
+    uint32_t st = !c->dirty_map || vc >= c->dirty_clusters ||
+                  ((c->dirty_map[vc / 8] >> (vc % 8)) & 1);
+    if (n > 0 && d[n - 1].status_flags == st) {
+      d[n - 1].length += (uint32_t)(next - pos);
+    } else {
+      if (n == NBD_MAX_EXTENTS || (one && n == 1)) break;
+      d[n].length = (uint32_t)(next - pos);
+      d[n].status_flags = st;
+      n++;
+    }
+    pos = next;
+  }
+  return n;
+}
+
 /* One BLOCK_STATUS chunk per selected context; extents of equal status
- * merged; with REQ_ONE exactly one descriptor. */
+ * merged; with REQ_ONE exactly one descriptor per context. */
 static int do_block_status(struct worker *w, const struct request *r, uint64_t cookie) {
   struct conn *c = w->c;
   bool one = r->flags & NBD_CMD_FLAG_REQ_ONE;
-  int n = ploop_disk_block_status(c->exp.disk, r->offset, r->count, w->ext,
-                                  one ? 1 : NBD_MAX_EXTENTS);
-  if (n <= 0) {
-    nbd_debug("block status: %s", ploop_get_error());
-    return reply_error(c, r, cookie, n < 0 ? nbd_errno(ploop_get_errno()) : NBD_EIO);
-  }
-  /* Two contexts share the descriptor array: base first half, depth second. */
-  struct nbd_block_descriptor *d[2] = {w->desc, w->desc + NBD_MAX_EXTENTS};
-  unsigned nd[2] = {0, 0};
-  uint64_t end = r->offset + r->count, pos = r->offset;
-  for (int i = 0; i < n && pos < end; i++) {
-    if (w->ext[i].offset != pos || w->ext[i].length == 0) break;
-    uint64_t len = w->ext[i].length < end - pos ? w->ext[i].length : end - pos;
-    uint32_t st[2] = {w->ext[i].depth == 0 ? NBD_STATE_HOLE | NBD_STATE_ZERO : 0,
-                      w->ext[i].depth};
-    for (int k = 0; k < 2; k++) {
-      if (nd[k] > 0 && d[k][nd[k] - 1].status_flags == st[k]) {
-        d[k][nd[k] - 1].length += (uint32_t)len; /* total <= count < 2^32 */
-      } else {
-        d[k][nd[k]].length = (uint32_t)len;
-        d[k][nd[k]].status_flags = st[k];
-        nd[k]++;
-      }
+  /* The contexts share the descriptor array, a third each. */
+  struct nbd_block_descriptor *d[3] = {w->desc, w->desc + NBD_MAX_EXTENTS,
+                                       w->desc + 2 * NBD_MAX_EXTENTS};
+  unsigned nd[3] = {0, 0, 0};
+  if (c->meta_base || c->meta_depth) {
+    int n = ploop_disk_block_status(c->exp.disk, r->offset, r->count, w->ext,
+                                    one ? 1 : NBD_MAX_EXTENTS);
+    if (n <= 0) {
+      nbd_debug("block status: %s", ploop_get_error());
+      return reply_error(c, r, cookie, n < 0 ? nbd_errno(ploop_get_errno()) : NBD_EIO);
     }
-    pos += len;
-    if (one) break;
+    uint64_t end = r->offset + r->count, pos = r->offset;
+    for (int i = 0; i < n && pos < end; i++) {
+      if (w->ext[i].offset != pos || w->ext[i].length == 0) break;
+      uint64_t len = w->ext[i].length < end - pos ? w->ext[i].length : end - pos;
+      uint32_t st[2] = {w->ext[i].depth == 0 ? NBD_STATE_HOLE | NBD_STATE_ZERO : 0,
+                        w->ext[i].depth};
+      for (int k = 0; k < 2; k++) {
+        if (nd[k] > 0 && d[k][nd[k] - 1].status_flags == st[k]) {
+          d[k][nd[k] - 1].length += (uint32_t)len; /* total <= count < 2^32 */
+        } else {
+          d[k][nd[k]].length = (uint32_t)len;
+          d[k][nd[k]].status_flags = st[k];
+          nd[k]++;
+        }
+      }
+      pos += len;
+      if (one) break;
+    }
+    if (nd[0] == 0) return reply_error(c, r, cookie, NBD_EIO);
   }
-  if (nd[0] == 0) return reply_error(c, r, cookie, NBD_EIO);
+  if (c->meta_dirty) nd[2] = dirty_extents(c, r->offset, r->count, one, d[2]);
 
-  struct nbd_structured_reply h[2];
-  uint32_t ids[2] = {nbd_be32(META_ID_BASE_ALLOCATION), nbd_be32(META_ID_ALLOCATION_DEPTH)};
-  bool sel[2] = {c->meta_base, c->meta_depth};
-  struct iovec iov[6];
-  int k = 0, last = sel[1] ? 1 : 0;
-  for (int x = 0; x < 2; x++) {
+  struct nbd_structured_reply h[3];
+  uint32_t ids[3] = {nbd_be32(META_ID_BASE_ALLOCATION), nbd_be32(META_ID_ALLOCATION_DEPTH),
+                     nbd_be32(META_ID_DIRTY)};
+  bool sel[3] = {c->meta_base, c->meta_depth, c->meta_dirty};
+  int last = sel[2] ? 2 : sel[1] ? 1 : 0;
+  struct iovec iov[9];
+  int k = 0;
+  for (int x = 0; x < 3; x++) {
     if (!sel[x]) continue;
     for (unsigned i = 0; i < nd[x]; i++) {
       d[x][i].length = nbd_be32(d[x][i].length);
@@ -391,7 +420,7 @@ static struct worker *worker_alloc(struct conn *c) {
   w->c = c;
   if (posix_memalign((void **)&w->buf, 4096, NBD_MAX_PAYLOAD) != 0) w->buf = NULL;
   w->ext = calloc(NBD_MAX_EXTENTS, sizeof *w->ext);
-  w->desc = calloc(2 * NBD_MAX_EXTENTS, sizeof *w->desc);
+  w->desc = calloc(3 * NBD_MAX_EXTENTS, sizeof *w->desc);
   if (!w->buf || !w->ext || !w->desc) {
     worker_free(w);
     return NULL;

@@ -199,11 +199,16 @@ $PLOOP_NBD --ctl "$TMP/disk" MERGE >/dev/null || fail "merge after the snapshot 
 # ---- dirty tracking ----------------------------------------------------
 $PLOOP_NBD --ctl "$TMP/disk" DIRTY START >/dev/null
 qemu-io -f raw -c 'write 5M 4k' -c 'write 70M 2M' -c 'write -z 100M 512' "$U" >/dev/null
+# The same over NBD, as meta context ploop:dirty (status 1 = changed).
+changed=$(nbdinfo --map=ploop:dirty "$U" | awk '$3 == 1 {printf "%s+%s ", $1, $2}')
+[[ $changed == "5242880+1048576 73400320+2097152 104857600+1048576 " ]] ||
+  fail "ploop:dirty map: $changed"
 dirty=$($PLOOP_NBD --ctl "$TMP/disk" DIRTY GET CLEAR | tr '\n' ' ')
 [[ $dirty == "cluster_size 1048576 5 70 71 100 " ]] || fail "dirty clusters: $dirty"
 dirty=$($PLOOP_NBD --ctl "$TMP/disk" DIRTY GET | tr '\n' ' ')
 [[ $dirty == "cluster_size 1048576 " ]] || fail "dirty after clear: $dirty"
 $PLOOP_NBD --ctl "$TMP/disk" DIRTY STOP >/dev/null
+nbdinfo --list --json "$U" | grep -q '"ploop:dirty"' && fail "ploop:dirty offered without tracking"
 
 # ---- compaction: trimmed clusters come back -----------------------------
 qemu-io -f raw -c 'discard 0 64M' "$U" >/dev/null
