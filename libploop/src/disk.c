@@ -37,6 +37,18 @@ int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc,
   return ploop_pread_full(d->fd, buf, len, off + coff, d->path);
 }
 
+struct ploop_delta *delta_open_image(const struct ploop_descriptor *desc, const struct ploop_image_desc *im,
+                                     unsigned flags)
+{
+  char *path = ploop_descriptor_image_path(desc, im);
+  if (!path)
+    return NULL;
+  struct ploop_delta *d = im->plain ? delta_open_raw(path, desc->cluster_sectors, flags & PLOOP_OPEN_RDWR)
+                                    : delta_open(path, flags);
+  free(path);
+  return d;
+}
+
 void disk_close_deltas(struct ploop_disk *disk, bool clean)
 {
   for (unsigned i = 0; i < disk->n; i++) {
@@ -61,15 +73,9 @@ int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags)
   }
   /* idx is base first; deltas[] is top first. */
   for (int k = n - 1, i = 0; k >= 0; k--, i++) {
-    const struct ploop_image_desc *im = &desc->images[idx[k]];
-    char *path = ploop_descriptor_image_path(desc, im);
-    if (!path)
-      goto fail;
-    bool top = i == 0;
-    unsigned f = (top ? flags : (flags & PLOOP_OPEN_ALLOW_DIRTY));
-    struct ploop_delta *d = im->plain ? delta_open_raw(path, desc->cluster_sectors, top && (flags & PLOOP_OPEN_RDWR))
-                                      : delta_open(path, f);
-    free(path);
+    /* Only the top opens read-write. */
+    unsigned f = i == 0 ? flags : (flags & PLOOP_OPEN_ALLOW_DIRTY);
+    struct ploop_delta *d = delta_open_image(desc, &desc->images[idx[k]], f);
     if (!d)
       goto fail;
     disk->deltas[disk->n++] = d;

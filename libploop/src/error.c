@@ -13,15 +13,21 @@ const char *ploop_get_error(void) { return error_msg[0] ? error_msg : "no error"
 int ploop_get_errno(void) { return error_errno; }
 int ploop_get_status(void) { return error_status ? error_status : PLOOP_ERR_GENERIC; }
 
+static int set_error(int status, int err, const char *fmt, va_list ap)
+{
+  vsnprintf(error_msg, sizeof error_msg, fmt, ap);
+  error_status = status;
+  error_errno = err;
+  errno = err;
+  return -1;
+}
+
 int ploop_error(int status, int err, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(error_msg, sizeof error_msg, fmt, ap);
+  set_error(status, err, fmt, ap);
   va_end(ap);
-  error_status = status;
-  error_errno = err;
-  errno = err;
   return -1;
 }
 
@@ -29,11 +35,8 @@ int ploop_set_error(int status, int err, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(error_msg, sizeof error_msg, fmt, ap);
+  set_error(status, err, fmt, ap);
   va_end(ap);
-  error_status = status;
-  error_errno = err;
-  errno = err;
   return -1;
 }
 

@@ -148,6 +148,9 @@ int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc,
 unsigned disk_find(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t *off);
 /* Makes whole cluster VC read as zeros (KEEP: stay allocated in the top). Caller holds disk->rw. */
 int disk_zero_cluster(struct ploop_disk *disk, uint64_t vc, bool keep);
+/* Opens one image of a descriptor (raw or ploop1) with delta_open FLAGS. */
+struct ploop_delta *delta_open_image(const struct ploop_descriptor *desc, const struct ploop_image_desc *im,
+                                     unsigned flags);
 /* Opens the chain of descriptor images ending at GUID. */
 int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags);
 void disk_close_deltas(struct ploop_disk *disk, bool clean);

@@ -10,18 +10,6 @@
 
 #include "internal.h"
 
-static struct ploop_delta *open_image(const struct ploop_descriptor *d, const struct ploop_image_desc *im,
-                                      bool rdwr)
-{
-  char *path = ploop_descriptor_image_path(d, im);
-  if (!path)
-    return NULL;
-  struct ploop_delta *x = im->plain ? delta_open_raw(path, d->cluster_sectors, rdwr)
-                                    : delta_open(path, rdwr ? PLOOP_OPEN_RDWR : PLOOP_OPEN_RDONLY);
-  free(path);
-  return x;
-}
-
 /* Checks that CHILD can merge into its parent; fills PARENT guid. */
 static int merge_preflight(struct ploop_descriptor *d, const char *child, char *parent)
 {
@@ -79,8 +67,8 @@ int merge_child_into_parent(struct ploop_descriptor *d, const char *child, ploop
     return -1;
   const struct ploop_image_desc *ci = ploop_descriptor_find_image(d, child);
   char *child_path = ploop_descriptor_image_path(d, ci);
-  struct ploop_delta *x = open_image(d, ci, false);
-  struct ploop_delta *p = x ? open_image(d, ploop_descriptor_find_image(d, parent), true) : NULL;
+  struct ploop_delta *x = delta_open_image(d, ci, PLOOP_OPEN_RDONLY);
+  struct ploop_delta *p = x ? delta_open_image(d, ploop_descriptor_find_image(d, parent), PLOOP_OPEN_RDWR) : NULL;
   int rc = -1;
   if (!child_path || !x || !p)
     goto out;
@@ -176,7 +164,7 @@ static int disk_merge_index(struct ploop_disk *disk, unsigned i, ploop_progress_
   snprintf(child, sizeof child, "%s", d->images[idx[n - 1 - i]].guid);
   if (merge_preflight(d, child, parent) < 0)
     goto unlock;
-  p = open_image(d, ploop_descriptor_find_image(d, parent), true);
+  p = delta_open_image(d, ploop_descriptor_find_image(d, parent), PLOOP_OPEN_RDWR);
   if (!p)
     goto unlock;
   if (top)

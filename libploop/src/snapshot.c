@@ -139,13 +139,8 @@ int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out)
   }
   if (pick_guid(d, guid, g) < 0 || new_delta_name(d, file, sizeof file) < 0)
     goto out;
-  const struct ploop_image_desc *ti = ploop_descriptor_find_image(d, PLOOP_TOP_GUID);
-  char *tpath = ploop_descriptor_image_path(d, ti);
-  if (!tpath)
-    goto out;
   /* Opening validates the top and refuses one marked in use. */
-  top = ti->plain ? delta_open_raw(tpath, d->cluster_sectors, false) : delta_open(tpath, PLOOP_OPEN_RDONLY);
-  free(tpath);
+  top = delta_open_image(d, ploop_descriptor_find_image(d, PLOOP_TOP_GUID), PLOOP_OPEN_RDONLY);
   if (!top)
     goto out;
   snprintf(path, sizeof path, "%s/%s", d->dir, file);
@@ -235,11 +230,7 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid)
     ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: snapshot %s is being merged", d->dir, g);
     goto out;
   }
-  char *spath = ploop_descriptor_image_path(d, im);
-  if (!spath)
-    goto out;
-  snap = im->plain ? delta_open_raw(spath, d->cluster_sectors, false) : delta_open(spath, PLOOP_OPEN_RDONLY);
-  free(spath);
+  snap = delta_open_image(d, im, PLOOP_OPEN_RDONLY);
   if (!snap)
     goto out;
   old_top = ploop_descriptor_image_path(d, ploop_descriptor_find_image(d, PLOOP_TOP_GUID));
