@@ -154,23 +154,12 @@ static int recv_go(int sock, int *fd)
   return 0;
 }
 
-static void child_main(const struct ct_launch *l, int sock)
+/* Everything that makes the container's view of the system: mounts, pivot,
+ * hostname, loopback. Needs no cgroup, so without a user namespace it runs
+ * while the parent is still writing our cgroups (that write can wait for an
+ * RCU grace period). */
+static void enter_system_view(const struct ct_launch *l, int sock)
 {
-  if (recv_go(sock, NULL) < 0)
-    _exit(127);  /* parent gave up */
-  if (l->userns && (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)) {
-    ct_fail(errno, "become root in the user namespace");
-    child_fail(sock);
-  }
-  /* Only now, inside its cgroup, so the namespace's root is that cgroup. */
-  if (unshare(CLONE_NEWCGROUP) < 0) {
-    ct_fail(errno, "unshare cgroup namespace");
-    child_fail(sock);
-  }
-  if (setsid() < 0) {
-    ct_fail(errno, "setsid");
-    child_fail(sock);
-  }
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
     ct_fail(errno, "make / private");
     child_fail(sock);
@@ -189,6 +178,30 @@ static void child_main(const struct ct_launch *l, int sock)
   }
   if (l->net == CT_NET_NONE && loopback_up() < 0)
     child_fail(sock);
+}
+
+static void child_main(const struct ct_launch *l, int sock)
+{
+  if (!l->userns)
+    enter_system_view(l, sock);
+  if (recv_go(sock, NULL) < 0)
+    _exit(127);  /* parent gave up */
+  if (l->userns && (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)) {
+    ct_fail(errno, "become root in the user namespace");
+    child_fail(sock);
+  }
+  /* Only now, inside its cgroup, so the namespace's root is that cgroup. */
+  if (unshare(CLONE_NEWCGROUP) < 0) {
+    ct_fail(errno, "unshare cgroup namespace");
+    child_fail(sock);
+  }
+  if (setsid() < 0) {
+    ct_fail(errno, "setsid");
+    child_fail(sock);
+  }
+  /* In a user namespace nothing can be mounted before the id maps exist. */
+  if (l->userns)
+    enter_system_view(l, sock);
   if (l->tty && setup_console(sock) < 0)
     child_fail(sock);
   /* Nothing of the monitor's may leak in; the sync socket goes at exec. */
@@ -322,7 +335,8 @@ int ct_launch(const struct ct_launch *l, struct ct_process *p)
   p->pid = pid;
   if (cg_attach(l->cg, pid) < 0 || (l->userns && write_id_maps(pid) < 0))
     goto fail;
-  if (write(sock, "g", 1) != 1) {
+  /* EPIPE: the child already failed its setup; its message is waiting. */
+  if (send(sock, "g", 1, MSG_NOSIGNAL) != 1 && errno != EPIPE) {
     ct_fail(errno, "start the container");
     goto fail;
   }
