@@ -208,6 +208,19 @@ int ploop_attach_list(struct ploop_attach_info **out, size_t *n)
 
 /* WHAT: a device node, a mount point, a disk directory or its XML.  A disk
  * with several attachments (top + snapshots) resolves to its top. */
+/* How well attachment A matches WHAT (0: not at all); live ones win, so a
+ * stale record of a crashed attachment never shadows a live one. */
+static int match_score(const struct ploop_attach_info *a, const char *real, const char *dir)
+{
+  int score = 0;
+  if ((a->mount_point[0] && strcmp(a->mount_point, real) == 0) ||
+      (a->device[0] && strcmp(a->device, real) == 0))
+    score = 3;
+  else if (dir[0] && strcmp(a->disk_dir, dir) == 0)
+    score = a->snapshot_guid[0] ? 1 : 2;
+  return score ? score * 2 + (a->daemon_alive ? 1 : 0) : 0;
+}
+
 int attach_state_find(const char *what, struct ploop_attach_info *out)
 {
   struct ploop_attach_info *all;
@@ -216,25 +229,35 @@ int attach_state_find(const char *what, struct ploop_attach_info *out)
     return -1;
   char real[PATH_MAX] = "", dir[PATH_MAX] = "";
   struct stat st;
-  bool is_dev = stat(what, &st) == 0 && S_ISBLK(st.st_mode);
   if (!realpath(what, real))
-    snprintf(real, sizeof(real), "%s", what);
-  if (!is_dev && stat(what, &st) == 0) {
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", real);
-    snprintf(dir, sizeof(dir), "%s", S_ISDIR(st.st_mode) ? real : dirname(tmp));
+    attach_copy_field(real, sizeof(real), what);
+  if (stat(what, &st) == 0) {
+    if (!S_ISBLK(st.st_mode)) {
+      char tmp[PATH_MAX];
+      attach_copy_field(tmp, sizeof(tmp), real);
+      attach_copy_field(dir, sizeof(dir), S_ISDIR(st.st_mode) ? real : dirname(tmp));
+    }
+  } else if (what[0] == '/') {
+    /* The disk's directory may be gone already (removed under a crashed
+     * attachment): match its recorded path as text. */
+    attach_copy_field(dir, sizeof(dir), what);
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+      dir[--len] = 0;
+    const char *xml = "/" PLOOP_DESCRIPTOR_NAME;
+    if (len > strlen(xml) && strcmp(dir + len - strlen(xml), xml) == 0)
+      dir[len - strlen(xml)] = 0;
+    attach_copy_field(real, sizeof(real), dir);
   }
   ssize_t found = -1;
-  for (size_t k = 0; k < n && found < 0; k++)
-    if ((all[k].mount_point[0] && strcmp(all[k].mount_point, real) == 0) ||
-        (all[k].device[0] && strcmp(all[k].device, real) == 0))
+  int best = 0;
+  for (size_t k = 0; k < n; k++) {
+    int sc = match_score(&all[k], real, dir);
+    if (sc > best) {
+      best = sc;
       found = (ssize_t)k;
-  for (size_t k = 0; k < n && found < 0; k++)
-    if (dir[0] && strcmp(all[k].disk_dir, dir) == 0 && !all[k].snapshot_guid[0])
-      found = (ssize_t)k;
-  for (size_t k = 0; k < n && found < 0; k++)
-    if (dir[0] && strcmp(all[k].disk_dir, dir) == 0)
-      found = (ssize_t)k;
+    }
+  }
   if (found >= 0)
     *out = all[found];
   free(all);

@@ -83,4 +83,18 @@ dev=$(att_mount "$D" "$MP")
 (cd "$MP" && sha256sum --quiet -c "$manifest") || fail "an fsynced file is damaged after the crash"
 att_umount "$D"
 no_leaks "$D" "$dev"
+# The disk's directory removed under a crashed attachment: umount by its
+# old path still releases everything.
+G=$TMP/gone
+new_disk "$G" 64M
+gdir=$(realpath "$G")
+gdev=$(att_mount "$G" "$MP")
+read -r pid _ < <(att_daemon "$G")
+kill -9 "$pid"
+for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+rm -rf "$G"
+att_umount "$gdir/" || fail "umount by the path of a removed disk failed"
+findmnt -n "$MP" >/dev/null && fail "$MP still mounted"
+! att_list | grep -qF "$gdir" || fail "the removed disk is still listed"
+! losetup -n -O BACK-FILE "$gdev" 2>/dev/null | grep -qF "$(fuse_file_of "$gdir")" || fail "$gdev still bound"
 echo "mount-crash: ok"
