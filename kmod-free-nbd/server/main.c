@@ -274,6 +274,7 @@ int main(int argc, char **argv) {
   const char *unix_path = NULL, *port = NULL, *bind_addr = NULL, *pid_file = NULL;
   bool use_stdio = false, daemon_mode = false, ctl_path = false, ctl = false;
   int ch;
+  opterr = 0; /* one line of our own instead of getopt's */
   while ((ch = getopt_long(argc, argv, "U:p:b:sdP:t:rvhV", opts, NULL)) != -1) {
     switch (ch) {
     case 'U': unix_path = optarg; break;
@@ -309,7 +310,10 @@ int main(int argc, char **argv) {
     case 'v': g_cfg.verbose = true; break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("ploop-nbd %s\n", PLOOP_VERSION_STRING); return 0;
-    default: usage(stderr); return 2;
+    default:
+      fprintf(stderr, "ploop-nbd: bad option or missing argument: '%s' (see --help)\n",
+              argv[optind - 1]);
+      return 2;
     }
   }
   if (ctl_path) {

@@ -146,6 +146,8 @@ $PLOOP check "$TMP/other" >/dev/null || fail "other disk not clean"
 
 # ---- usage errors: one line, non-zero -------------------------------
 expect_fail $PLOOP_NBD "$TMP/disk" >/dev/null
+expect_fail $PLOOP_NBD --bogus "$TMP/disk" >/dev/null
+expect_fail $PLOOP_NBD -t 0 -U "$SOCK" "$TMP/disk" >/dev/null
 expect_fail $PLOOP_NBD -U "$SOCK" "$TMP/nonexistent" >/dev/null
 expect_fail $PLOOP_NBD -U "$SOCK" -p 1 "$TMP/disk" >/dev/null
 expect_fail $PLOOP_NBD -U "$SOCK" a="$TMP/disk" a="$TMP/other" >/dev/null
