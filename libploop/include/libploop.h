@@ -33,11 +33,11 @@ int ploop_get_errno(void);
 enum ploop_status {
   PLOOP_OK = 0,
   PLOOP_ERR_GENERIC = 1,
-  PLOOP_ERR_PARAM = 2,     /* bad argument from the caller */
-  PLOOP_ERR_CORRUPT = 3,   /* image or descriptor fails validation */
-  PLOOP_ERR_IO = 4,        /* the operating system refused I/O */
-  PLOOP_ERR_BUSY = 5,      /* locked by another process, or in use */
-  PLOOP_ERR_NOTFOUND = 6,  /* no such file / snapshot */
+  PLOOP_ERR_PARAM = 2,    /* bad argument from the caller */
+  PLOOP_ERR_CORRUPT = 3,  /* image or descriptor fails validation */
+  PLOOP_ERR_IO = 4,       /* the operating system refused I/O */
+  PLOOP_ERR_BUSY = 5,     /* locked by another process, or in use */
+  PLOOP_ERR_NOTFOUND = 6, /* no such file / snapshot */
 };
 /* Class of the last error in this thread (an enum ploop_status). */
 int ploop_get_status(void);
@@ -48,11 +48,11 @@ int ploop_set_error(int status, int err, const char *fmt, ...) __attribute__((fo
 /* ---- constants ------------------------------------------------------ */
 
 #define PLOOP_SECTOR_SIZE 512u
-#define PLOOP_DEFAULT_CLUSTER_SECTORS 2048u  /* 1 MiB */
-#define PLOOP_MIN_CLUSTER_SECTORS 64u        /* 32 KiB */
-#define PLOOP_MAX_CLUSTER_SECTORS 131072u    /* 64 MiB */
-#define PLOOP_MAX_DELTAS 128u                /* 126 snapshots + base + top */
-#define PLOOP_UUID_LEN 38                    /* "{xxxxxxxx-...-xxxxxxxxxxxx}" */
+#define PLOOP_DEFAULT_CLUSTER_SECTORS 2048u /* 1 MiB */
+#define PLOOP_MIN_CLUSTER_SECTORS 64u       /* 32 KiB */
+#define PLOOP_MAX_CLUSTER_SECTORS 131072u   /* 64 MiB */
+#define PLOOP_MAX_DELTAS 128u               /* 126 snapshots + base + top */
+#define PLOOP_UUID_LEN 38                   /* "{xxxxxxxx-...-xxxxxxxxxxxx}" */
 #define PLOOP_TOP_GUID "{5fbaabe3-6958-40ff-92a7-860e329aab41}"
 #define PLOOP_NULL_GUID "{00000000-0000-0000-0000-000000000000}"
 #define PLOOP_DESCRIPTOR_NAME "DiskDescriptor.xml"
@@ -63,28 +63,28 @@ int ploop_set_error(int status, int err, const char *fmt, ...) __attribute__((fo
 struct ploop_delta;
 
 struct ploop_delta_create_params {
-  uint64_t size_bytes;       /* virtual size; rounded up to the cluster */
-  uint32_t cluster_sectors;  /* 0 = default (2048) */
-  int version;               /* 0 = 2; 1 or 2 */
+  uint64_t size_bytes;      /* virtual size; rounded up to the cluster */
+  uint32_t cluster_sectors; /* 0 = default (2048) */
+  int version;              /* 0 = 2; 1 or 2 */
 };
 
 enum ploop_open_flags {
   PLOOP_OPEN_RDONLY = 0,
   PLOOP_OPEN_RDWR = 1 << 0,
-  PLOOP_OPEN_ALLOW_DIRTY = 1 << 1,  /* open even if the in-use mark is set */
-  PLOOP_OPEN_NO_LOCK = 1 << 2,      /* disk: skip the descriptor lock (caller holds it) */
+  PLOOP_OPEN_ALLOW_DIRTY = 1 << 1, /* open even if the in-use mark is set */
+  PLOOP_OPEN_NO_LOCK = 1 << 2,     /* disk: skip the descriptor lock (caller holds it) */
 };
 
 struct ploop_delta_info {
-  int version;                /* 1 or 2 */
+  int version; /* 1 or 2 */
   uint32_t cluster_sectors;
   uint64_t cluster_bytes;
-  uint64_t virtual_bytes;     /* m_SizeInSectors * 512 */
-  uint32_t bat_entries;       /* m_Size */
+  uint64_t virtual_bytes; /* m_SizeInSectors * 512 */
+  uint32_t bat_entries;   /* m_Size */
   uint32_t first_block_sectors;
   uint64_t allocated_clusters;
-  uint64_t file_bytes;        /* st_size */
-  uint64_t disk_bytes;        /* st_blocks * 512 */
+  uint64_t file_bytes; /* st_size */
+  uint64_t disk_bytes; /* st_blocks * 512 */
   bool in_use;
   uint32_t flags;
 };
@@ -100,16 +100,16 @@ const char *ploop_delta_path(const struct ploop_delta *d);
 /* ---- checking a delta ---------------------------------------------- */
 
 struct ploop_check_report {
-  uint64_t clusters_beyond_eof;     /* BAT entry points past the file end */
-  uint64_t clusters_beyond_size;    /* BAT slot past the virtual size used */
-  uint64_t clusters_misaligned;     /* v1: entry not cluster-aligned */
-  uint64_t clusters_duplicate;      /* one data cluster referenced twice */
-  uint64_t clusters_in_bat_area;    /* entry points into header/BAT */
-  uint64_t clusters_lost;           /* data cluster nobody references */
-  bool header_bad;                  /* unusable header: nothing else checked */
+  uint64_t clusters_beyond_eof;  /* BAT entry points past the file end */
+  uint64_t clusters_beyond_size; /* BAT slot past the virtual size used */
+  uint64_t clusters_misaligned;  /* v1: entry not cluster-aligned */
+  uint64_t clusters_duplicate;   /* one data cluster referenced twice */
+  uint64_t clusters_in_bat_area; /* entry points into header/BAT */
+  uint64_t clusters_lost;        /* data cluster nobody references */
+  bool header_bad;               /* unusable header: nothing else checked */
   bool file_size_unaligned;
   bool in_use;
-  bool repaired;                    /* repair was asked for and done */
+  bool repaired; /* repair was asked for and done */
   char header_problem[256];
 };
 enum ploop_check_flags {
@@ -126,8 +126,8 @@ void ploop_check_report_format(const struct ploop_check_report *r, char *buf, si
 
 struct ploop_image_desc {
   char guid[PLOOP_UUID_LEN + 1];
-  char *file;          /* relative to the descriptor's directory */
-  bool plain;          /* Type=Plain (raw), else Compressed (ploop1) */
+  char *file; /* relative to the descriptor's directory */
+  bool plain; /* Type=Plain (raw), else Compressed (ploop1) */
 };
 struct ploop_snapshot_desc {
   char guid[PLOOP_UUID_LEN + 1];
@@ -135,9 +135,9 @@ struct ploop_snapshot_desc {
   bool temporary;
 };
 struct ploop_descriptor {
-  char *dir;                 /* absolute directory of the descriptor */
-  uint64_t size_sectors;     /* Disk_size */
-  uint32_t cluster_sectors;  /* Blocksize */
+  char *dir;                /* absolute directory of the descriptor */
+  uint64_t size_sectors;    /* Disk_size */
+  uint32_t cluster_sectors; /* Blocksize */
   uint32_t cylinders, heads, sectors;
   char top_guid[PLOOP_UUID_LEN + 1];
   struct ploop_image_desc *images;
@@ -153,13 +153,11 @@ void ploop_descriptor_free(struct ploop_descriptor *d);
 /* Validation of structure: cycles, two tops, missing files, paths leaving the dir. */
 int ploop_descriptor_validate(const struct ploop_descriptor *d);
 /* The chain base..GUID (GUID NULL = top); returns count, fills indexes into images[]. */
-int ploop_descriptor_chain(const struct ploop_descriptor *d, const char *guid,
-                           size_t *idx, size_t max);
+int ploop_descriptor_chain(const struct ploop_descriptor *d, const char *guid, size_t *idx, size_t max);
 const struct ploop_image_desc *ploop_descriptor_find_image(const struct ploop_descriptor *d,
                                                            const char *guid);
 /* Absolute path of an image; caller frees. */
-char *ploop_descriptor_image_path(const struct ploop_descriptor *d,
-                                  const struct ploop_image_desc *img);
+char *ploop_descriptor_image_path(const struct ploop_descriptor *d, const struct ploop_image_desc *img);
 
 /* Make a new disk: DIR/root.hds (or the given delta path) + DiskDescriptor.xml. */
 int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_params *p);
@@ -171,12 +169,11 @@ struct ploop_disk;
 /* Opens the stack the descriptor describes, top read-write when
  * PLOOP_OPEN_RDWR.  SNAPSHOT_GUID non-NULL opens that snapshot's state
  * read-only (the chain base..snapshot). Takes the disk lock for RDWR. */
-struct ploop_disk *ploop_disk_open(const char *dir_or_xml, const char *snapshot_guid,
-                                   unsigned flags);
+struct ploop_disk *ploop_disk_open(const char *dir_or_xml, const char *snapshot_guid, unsigned flags);
 int ploop_disk_close(struct ploop_disk *disk);
 
-uint64_t ploop_disk_size(const struct ploop_disk *disk);          /* bytes */
-uint64_t ploop_disk_cluster_size(const struct ploop_disk *disk);  /* bytes */
+uint64_t ploop_disk_size(const struct ploop_disk *disk);         /* bytes */
+uint64_t ploop_disk_cluster_size(const struct ploop_disk *disk); /* bytes */
 bool ploop_disk_readonly(const struct ploop_disk *disk);
 /* Number of deltas in the stack (base = depth n, top = depth 1). */
 unsigned ploop_disk_depth(const struct ploop_disk *disk);
@@ -188,31 +185,29 @@ struct ploop_descriptor *ploop_disk_descriptor(struct ploop_disk *disk);
 int ploop_disk_pread(struct ploop_disk *disk, void *buf, size_t len, uint64_t off);
 
 enum ploop_write_flags {
-  PLOOP_WRITE_FUA = 1 << 0,      /* durable before return */
-  PLOOP_ZERO_NO_HOLE = 1 << 1,   /* write_zeroes: keep clusters allocated */
-  PLOOP_ZERO_FAST = 1 << 2,      /* write_zeroes: fail with ENOTSUP if slow */
+  PLOOP_WRITE_FUA = 1 << 0,    /* durable before return */
+  PLOOP_ZERO_NO_HOLE = 1 << 1, /* write_zeroes: keep clusters allocated */
+  PLOOP_ZERO_FAST = 1 << 2,    /* write_zeroes: fail with ENOTSUP if slow */
 };
-int ploop_disk_pwrite(struct ploop_disk *disk, const void *buf, size_t len, uint64_t off,
-                      unsigned flags);
+int ploop_disk_pwrite(struct ploop_disk *disk, const void *buf, size_t len, uint64_t off, unsigned flags);
 /* Every write that returned before this call is durable when it returns. */
 int ploop_disk_flush(struct ploop_disk *disk);
 /* Frees whole clusters of the top delta that the range covers (reads as
  * zero afterwards when no lower delta holds them; otherwise zeroes are
  * written), zeroes partial clusters. */
 int ploop_disk_discard(struct ploop_disk *disk, uint64_t off, uint64_t len);
-int ploop_disk_write_zeroes(struct ploop_disk *disk, uint64_t off, uint64_t len,
-                            unsigned flags);
+int ploop_disk_write_zeroes(struct ploop_disk *disk, uint64_t off, uint64_t len, unsigned flags);
 
 /* Allocation map: extents of equal state from OFF, at most MAX. */
 struct ploop_extent {
   uint64_t offset, length;
-  unsigned depth;  /* 0 = in no delta (hole), 1 = top, 2 = the one below, ... */
+  unsigned depth; /* 0 = in no delta (hole), 1 = top, 2 = the one below, ... */
 };
-int ploop_disk_block_status(struct ploop_disk *disk, uint64_t off, uint64_t len,
-                            struct ploop_extent *out, size_t max);
+int ploop_disk_block_status(struct ploop_disk *disk, uint64_t off, uint64_t len, struct ploop_extent *out,
+                            size_t max);
 
 /* Dirty tracking: clusters written since the mark (bitmap of clusters). */
-int ploop_disk_dirty_start(struct ploop_disk *disk);   /* clear and start */
+int ploop_disk_dirty_start(struct ploop_disk *disk); /* clear and start */
 int ploop_disk_dirty_stop(struct ploop_disk *disk);
 /* Copies the bitmap (one bit per cluster, ceil(clusters/8) bytes) and, if
  * CLEAR, resets it atomically with the copy. */
@@ -230,11 +225,11 @@ int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out);
 int ploop_snapshot_delete(const char *dir_or_xml, const char *guid);
 typedef void (*ploop_progress_fn)(void *opaque, uint64_t done, uint64_t total);
 /* Merge GUID into its parent (GUID NULL = the top's parent chain, ALL = everything into base). */
-int ploop_snapshot_merge(const char *dir_or_xml, const char *guid, bool all,
-                         ploop_progress_fn progress, void *opaque);
+int ploop_snapshot_merge(const char *dir_or_xml, const char *guid, bool all, ploop_progress_fn progress,
+                         void *opaque);
 /* Online merge on an open disk (merges the snapshot below the top into ... as above). */
-int ploop_disk_merge(struct ploop_disk *disk, const char *guid, bool all,
-                     ploop_progress_fn progress, void *opaque);
+int ploop_disk_merge(struct ploop_disk *disk, const char *guid, bool all, ploop_progress_fn progress,
+                     void *opaque);
 int ploop_snapshot_switch(const char *dir_or_xml, const char *guid);
 
 /* Compaction of an open read-write disk: moves the top delta's tail
@@ -257,8 +252,8 @@ struct ploop_copy_stats {
   uint64_t bytes_total, clusters_written, clusters_zeroed, clusters_skipped;
 };
 /* Make the disk equal to the raw file SRC; writes only clusters that differ. */
-int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn progress,
-                     void *opaque, struct ploop_copy_stats *stats);
+int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn progress, void *opaque,
+                     struct ploop_copy_stats *stats);
 /* Write the virtual disk (at SNAPSHOT_GUID, or the top) as a sparse raw file. */
 int ploop_export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *dst,
                      ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats);

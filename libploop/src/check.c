@@ -62,8 +62,8 @@ int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_repor
   }
   int fd = open(path, (repair ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC);
   if (fd < 0)
-    return ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s",
-                       path, strerror(errno));
+    return ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s", path,
+                       strerror(errno));
   int rc = -1;
   uint8_t *bat = NULL;
   uint64_t *seen = NULL;
@@ -138,8 +138,8 @@ int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_repor
   r->in_use = h.in_use == PLOOP_IN_USE;
   bool convert = h.flags & PLOOP_CIF_FMT_CONVERT;
   bool problems = r->clusters_misaligned || r->clusters_in_bat_area || r->clusters_beyond_eof ||
-                  r->clusters_beyond_size || r->clusters_duplicate || r->file_size_unaligned ||
-                  r->in_use || convert;
+                  r->clusters_beyond_size || r->clusters_duplicate || r->file_size_unaligned || r->in_use ||
+                  convert;
   if (!problems) {
     rc = 0;
     goto out;
@@ -202,10 +202,10 @@ void ploop_check_report_format(const struct ploop_check_report *r, char *buf, si
   }
   const char *fix = r->repaired ? " (repaired: slots cleared)" : "";
   char fmt[160];
-#define LINE(field, text)                                                  \
-  if (r->field) {                                                          \
-    snprintf(fmt, sizeof fmt, "%%llu %s%s\n", text, fix);                  \
-    add_line(buf, len, &pos, fmt, (unsigned long long)r->field);           \
+#define LINE(field, text)                                                                                    \
+  if (r->field) {                                                                                            \
+    snprintf(fmt, sizeof fmt, "%%llu %s%s\n", text, fix);                                                    \
+    add_line(buf, len, &pos, fmt, (unsigned long long)r->field);                                             \
   }
   LINE(clusters_beyond_eof, "BAT entries point past the end of the file");
   LINE(clusters_beyond_size, "BAT entries map clusters past the virtual size");
@@ -214,11 +214,15 @@ void ploop_check_report_format(const struct ploop_check_report *r, char *buf, si
   LINE(clusters_in_bat_area, "BAT entries point into the header/BAT area");
 #undef LINE
   if (r->file_size_unaligned)
-    add_line(buf, len, &pos, r->repaired ? "file size was not a whole number of clusters (extended)%.0llu\n"
-                                         : "file size is not a whole number of clusters%.0llu\n", 0);
+    add_line(buf, len, &pos,
+             r->repaired ? "file size was not a whole number of clusters (extended)%.0llu\n"
+                         : "file size is not a whole number of clusters%.0llu\n",
+             0);
   if (r->in_use)
-    add_line(buf, len, &pos, r->repaired ? "in-use mark was set (cleared)%.0llu\n"
-                                         : "image is marked in use (not closed cleanly)%.0llu\n", 0);
+    add_line(buf, len, &pos,
+             r->repaired ? "in-use mark was set (cleared)%.0llu\n"
+                         : "image is marked in use (not closed cleanly)%.0llu\n",
+             0);
   if (r->clusters_lost)
     add_line(buf, len, &pos, "%llu unreferenced clusters (lost space after a crash, not corruption)\n",
              r->clusters_lost);
@@ -233,7 +237,8 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
   if (!d)
     return -1;
   int lock = -1;
-  if ((flags & PLOOP_CHECK_REPAIR) && (lock = ploop_lock_disk(d->dir, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS)) < 0) {
+  if ((flags & PLOOP_CHECK_REPAIR) &&
+      (lock = ploop_lock_disk(d->dir, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS)) < 0) {
     ploop_descriptor_free(d);
     return -1;
   }

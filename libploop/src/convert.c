@@ -10,7 +10,10 @@
 
 #include "internal.h"
 
-static void backup_path(const char *path, char *out, size_t len) { snprintf(out, len, "%s.convert-backup", path); }
+static void backup_path(const char *path, char *out, size_t len)
+{
+  snprintf(out, len, "%s.convert-backup", path);
+}
 
 static int fsync_parent(const char *path)
 {
@@ -138,7 +141,8 @@ int ploop_convert_version(const char *dir_or_xml, int version)
   if (version != 1 && version != 2)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "format version must be 1 or 2, not %d", version);
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
+  struct ploop_descriptor *d =
+      descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
   if (!d)
     return -1;
   int rc = 0;
@@ -147,8 +151,9 @@ int ploop_convert_version(const char *dir_or_xml, int version)
       if (d->images[i].plain)
         continue;
       char *path = ploop_descriptor_image_path(d, &d->images[i]);
-      rc = !path ? -1 : pass == 0 ? (convert_feasible(path, version) < 0 ? -1 : 0)
-                                  : convert_delta_version(path, version);
+      rc = !path       ? -1
+           : pass == 0 ? (convert_feasible(path, version) < 0 ? -1 : 0)
+                       : convert_delta_version(path, version);
       free(path);
     }
   ploop_unlock_disk(lock);
@@ -167,7 +172,8 @@ static void sibling_name(const char *old, const char *ext, char *out, size_t len
 int ploop_convert_format(const char *dir_or_xml, bool to_raw)
 {
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
+  struct ploop_descriptor *d =
+      descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
   if (!d)
     return -1;
   int rc = -1;
@@ -199,7 +205,8 @@ int ploop_convert_format(const char *dir_or_xml, bool to_raw)
       goto out;
   } else {
     src = delta_open_raw(oldpath, d->cluster_sectors, false);
-    struct ploop_delta_create_params p = {.size_bytes = d->size_sectors * 512, .cluster_sectors = d->cluster_sectors};
+    struct ploop_delta_create_params p = {.size_bytes = d->size_sectors * 512,
+                                          .cluster_sectors = d->cluster_sectors};
     if (!src || delta_create_file(newpath, &p, false) < 0)
       goto out;
     dst = delta_open(newpath, PLOOP_OPEN_RDWR);

@@ -214,8 +214,8 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
     for (unsigned i = 0; i < n; i++) {
       uint64_t vc = first + i, off;
       if (vc * cb < src_size)
-        aio_queue(&aio, sfd, src, sbh + (size_t)i * cb, (size_t)min_u64(cb, round_up(src_size - vc * cb, 512)),
-                  vc * cb, 0);
+        aio_queue(&aio, sfd, src, sbh + (size_t)i * cb,
+                  (size_t)min_u64(cb, round_up(src_size - vc * cb, 512)), vc * cb, 0);
       depth[i] = (unsigned char)disk_find(disk, 0, vc, &off);
       if (depth[i]) {
         struct ploop_delta *d = disk->deltas[depth[i] - 1];

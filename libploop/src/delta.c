@@ -40,13 +40,13 @@ static int validate_create_params(const char *path, const struct ploop_delta_cre
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format version must be 1 or 2, not %d", path, version);
   if (!is_pow2(cs) || cs < PLOOP_MIN_CLUSTER_SECTORS || cs > PLOOP_MAX_CLUSTER_SECTORS)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL,
-                       "%s: cluster size %u sectors is not a power of two between %u and %u",
-                       path, cs, PLOOP_MIN_CLUSTER_SECTORS, PLOOP_MAX_CLUSTER_SECTORS);
+                       "%s: cluster size %u sectors is not a power of two between %u and %u", path, cs,
+                       PLOOP_MIN_CLUSTER_SECTORS, PLOOP_MAX_CLUSTER_SECTORS);
   if (p->size_bytes == 0)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size must be greater than zero", path);
   if (p->size_bytes > PLOOP_MAX_VIRTUAL_BYTES)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size %llu bytes exceeds the 50 TiB limit",
-                       path, (unsigned long long)p->size_bytes);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size %llu bytes exceeds the 50 TiB limit", path,
+                       (unsigned long long)p->size_bytes);
   uint64_t sectors = round_up(div_round_up(p->size_bytes, 512), cs);
   if (version == 1 && sectors > UINT32_MAX)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format v1 is limited to 2 TiB", path);
@@ -71,7 +71,8 @@ int delta_create_file(const char *path, const struct ploop_delta_create_params *
   return 0;
 }
 
-int delta_create_file_nosync(const char *path, const struct ploop_delta_create_params *p, bool in_use, int *fd_out)
+int delta_create_file_nosync(const char *path, const struct ploop_delta_create_params *p, bool in_use,
+                             int *fd_out)
 {
   uint32_t cs = 0;
   uint64_t sectors = 0;
@@ -93,8 +94,8 @@ int delta_create_file_nosync(const char *path, const struct ploop_delta_create_p
 
   int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
-    return ploop_error(errno == EEXIST ? PLOOP_ERR_PARAM : PLOOP_ERR_IO, errno, "%s: create: %s",
-                       path, strerror(errno));
+    return ploop_error(errno == EEXIST ? PLOOP_ERR_PARAM : PLOOP_ERR_IO, errno, "%s: create: %s", path,
+                       strerror(errno));
   /* Only the header page is written: the rest of the BAT area reads as
    * zeros (empty slots), so creating a delta costs the same for any size;
    * that is what keeps a snapshot instant. */
@@ -173,8 +174,8 @@ static int validate_header(const char *path, const struct ploop_header_host *h, 
   if (file_size < (uint64_t)h->first_block * 512 && file_size < round_up(bat_end, 512))
     return corrupt(path, "file truncated: %llu bytes, the BAT needs %llu", file_size, bat_end);
   if (h->flags & PLOOP_CIF_FMT_CONVERT)
-    return ploop_error(PLOOP_ERR_BUSY, EBUSY,
-                       "%s: a format conversion was interrupted; run ploop check -r", path);
+    return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: a format conversion was interrupted; run ploop check -r",
+                       path);
   return 0;
 }
 
@@ -412,8 +413,8 @@ int delta_seal_begin(struct ploop_delta *d)
   pthread_mutex_lock(&d->lock);
   for (size_t i = 0; i < d->n_pages && rc == 0; i++)
     if (d->page_dirty[i]) {
-      rc = ploop_pwrite_full(d->fd, d->bat_raw + i * PLOOP_BAT_PAGE, PLOOP_BAT_PAGE, (uint64_t)i * PLOOP_BAT_PAGE,
-                             d->path);
+      rc = ploop_pwrite_full(d->fd, d->bat_raw + i * PLOOP_BAT_PAGE, PLOOP_BAT_PAGE,
+                             (uint64_t)i * PLOOP_BAT_PAGE, d->path);
       if (rc == 0)
         d->page_dirty[i] = 0;
     }
@@ -591,9 +592,15 @@ struct ploop_delta *ploop_delta_open(const char *path, unsigned flags)
   return delta_open(path, flags);
 }
 
-int ploop_delta_close(struct ploop_delta *d) { return delta_close(d, true); }
+int ploop_delta_close(struct ploop_delta *d)
+{
+  return delta_close(d, true);
+}
 
-const char *ploop_delta_path(const struct ploop_delta *d) { return d->path; }
+const char *ploop_delta_path(const struct ploop_delta *d)
+{
+  return d->path;
+}
 
 int ploop_delta_get_info(struct ploop_delta *d, struct ploop_delta_info *out)
 {

@@ -68,8 +68,7 @@ void ploop_descriptor_free(struct ploop_descriptor *d)
   free(d);
 }
 
-struct ploop_descriptor *descriptor_new(const char *dir, uint64_t size_sectors,
-                                        uint32_t cluster_sectors)
+struct ploop_descriptor *descriptor_new(const char *dir, uint64_t size_sectors, uint32_t cluster_sectors)
 {
   struct ploop_descriptor *d = calloc(1, sizeof *d);
   if (!d || !(d->dir = ploop_strdup(dir))) {
@@ -86,8 +85,7 @@ struct ploop_descriptor *descriptor_new(const char *dir, uint64_t size_sectors,
   return d;
 }
 
-int descriptor_add_image(struct ploop_descriptor *d, const char *guid, const char *file,
-                         const char *parent)
+int descriptor_add_image(struct ploop_descriptor *d, const char *guid, const char *file, const char *parent)
 {
   struct ploop_image_desc *im = realloc(d->images, (d->n_images + 1) * sizeof *im);
   if (!im)
@@ -133,8 +131,7 @@ struct ploop_snapshot_desc *descriptor_find_shot(struct ploop_descriptor *d, con
   return NULL;
 }
 
-const struct ploop_image_desc *ploop_descriptor_find_image(const struct ploop_descriptor *d,
-                                                           const char *guid)
+const struct ploop_image_desc *ploop_descriptor_find_image(const struct ploop_descriptor *d, const char *guid)
 {
   for (size_t i = 0; i < d->n_images; i++)
     if (!strcmp(d->images[i].guid, guid))
@@ -184,15 +181,15 @@ struct ploop_descriptor *descriptor_dup(const struct ploop_descriptor *s)
 static int check_file_name(const char *xml, const char *file)
 {
   if (!file[0] || file[0] == '/')
-    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
-                       "%s: image path '%s' leaves the descriptor's directory", xml, file);
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: image path '%s' leaves the descriptor's directory",
+                       xml, file);
   const char *p = file;
   while (*p) {
     const char *e = strchrnul(p, '/');
     size_t l = (size_t)(e - p);
     if (l == 2 && p[0] == '.' && p[1] == '.')
-      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
-                         "%s: image path '%s' leaves the descriptor's directory", xml, file);
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: image path '%s' leaves the descriptor's directory",
+                         xml, file);
     if (l == 0 || (l == 1 && p[0] == '.'))
       return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: image path '%s' is not canonical", xml, file);
     p = *e ? e + 1 : e;
@@ -205,8 +202,8 @@ static int resolve_paths(const char *dir_or_xml, char **dir_out, char **xml_out)
   struct stat st;
   char buf[PATH_MAX];
   if (stat(dir_or_xml, &st) < 0)
-    return ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: %s",
-                       dir_or_xml, strerror(errno));
+    return ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: %s", dir_or_xml,
+                       strerror(errno));
   if (S_ISDIR(st.st_mode)) {
     if (!realpath(dir_or_xml, buf))
       return ploop_error_os(dir_or_xml, "realpath");
@@ -216,8 +213,8 @@ static int resolve_paths(const char *dir_or_xml, char **dir_out, char **xml_out)
       return ploop_error_os(dir_or_xml, "realpath");
     char *slash = strrchr(buf, '/');
     if (strcmp(slash + 1, PLOOP_DESCRIPTOR_NAME) != 0)
-      return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: expected a disk directory or its %s",
-                         dir_or_xml, PLOOP_DESCRIPTOR_NAME);
+      return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: expected a disk directory or its %s", dir_or_xml,
+                         PLOOP_DESCRIPTOR_NAME);
     *slash = 0;
     *dir_out = ploop_strdup(buf[0] ? buf : "/");
   }
@@ -254,7 +251,8 @@ static int parse_doc(struct ploop_descriptor *d, xmlDoc *doc, const char *xml)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: no StorageData/Storage element", xml);
   for (xmlNode *s = storage->next; s; s = s->next)
     if (s->type == XML_ELEMENT_NODE && !xmlStrcmp(s->name, (const xmlChar *)"Storage"))
-      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: split disks (several Storage) are not supported", xml);
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: split disks (several Storage) are not supported",
+                         xml);
   if (!child_u64(storage, "Blocksize", &v) || v > UINT32_MAX)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: missing or invalid Blocksize", xml);
   d->cluster_sectors = (uint32_t)v;
@@ -404,8 +402,8 @@ static int validate_structure(const struct ploop_descriptor *d)
     if (!ploop_descriptor_find_image(d, s->guid))
       return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s/%s: snapshot %s has no image", d->dir, x, s->guid);
     if (strcmp(s->parent, PLOOP_NULL_GUID) && !ploop_descriptor_find_image(d, s->parent))
-      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s/%s: snapshot %s has a missing parent %s",
-                         d->dir, x, s->guid, s->parent);
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s/%s: snapshot %s has a missing parent %s", d->dir, x,
+                         s->guid, s->parent);
     /* Walk up: more steps than images means a cycle. */
     const char *g = s->guid;
     size_t steps = 0;
@@ -414,8 +412,8 @@ static int validate_structure(const struct ploop_descriptor *d)
       if (!p)
         break;
       if (++steps > d->n_snapshots)
-        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s/%s: snapshot parents form a cycle at %s",
-                           d->dir, x, s->guid);
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s/%s: snapshot parents form a cycle at %s", d->dir, x,
+                           s->guid);
       g = p->parent;
     }
   }
@@ -423,14 +421,16 @@ static int validate_structure(const struct ploop_descriptor *d)
   for (size_t i = 0; i < d->n_snapshots; i++)
     bases += !strcmp(d->snapshots[i].parent, PLOOP_NULL_GUID);
   if (bases != 1)
-    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s/%s: %zu base images (expected exactly one)",
-                       d->dir, x, bases);
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s/%s: %zu base images (expected exactly one)", d->dir, x,
+                       bases);
   if (!ploop_descriptor_find_image(d, d->top_guid))
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s/%s: TopGUID %s names no image", d->dir, x, d->top_guid);
   for (size_t i = 0; i < d->n_images; i++)
-    if (d->images[i].plain && strcmp(descriptor_find_shot((struct ploop_descriptor *)d, d->images[i].guid)->parent,
-                                     PLOOP_NULL_GUID))
-      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s/%s: a raw (Plain) image can only be the base", d->dir, x);
+    if (d->images[i].plain &&
+        strcmp(descriptor_find_shot((struct ploop_descriptor *)d, d->images[i].guid)->parent,
+               PLOOP_NULL_GUID))
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s/%s: a raw (Plain) image can only be the base", d->dir,
+                         x);
   return 0;
 }
 

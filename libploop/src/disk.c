@@ -24,8 +24,8 @@ unsigned disk_find(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t
   return 0;
 }
 
-int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t coff,
-                            void *buf, size_t len)
+int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t coff, void *buf,
+                            size_t len)
 {
   uint64_t off;
   unsigned depth = disk_find(disk, from, vc, &off);
@@ -80,9 +80,8 @@ int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags)
       goto fail;
     disk->deltas[disk->n++] = d;
     if (d->h.cluster_sectors != desc->cluster_sectors) {
-      ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
-                  "%s: cluster size %u sectors differs from the disk's %u", d->path,
-                  d->h.cluster_sectors, desc->cluster_sectors);
+      ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: cluster size %u sectors differs from the disk's %u",
+                  d->path, d->h.cluster_sectors, desc->cluster_sectors);
       goto fail;
     }
   }
@@ -164,11 +163,26 @@ int ploop_disk_close(struct ploop_disk *disk)
   return rc;
 }
 
-uint64_t ploop_disk_size(const struct ploop_disk *disk) { return disk->size_bytes; }
-uint64_t ploop_disk_cluster_size(const struct ploop_disk *disk) { return disk->cluster_bytes; }
-bool ploop_disk_readonly(const struct ploop_disk *disk) { return !disk->rdwr; }
-unsigned ploop_disk_depth(const struct ploop_disk *disk) { return disk->n; }
-const char *ploop_disk_dir(const struct ploop_disk *disk) { return disk->dir; }
+uint64_t ploop_disk_size(const struct ploop_disk *disk)
+{
+  return disk->size_bytes;
+}
+uint64_t ploop_disk_cluster_size(const struct ploop_disk *disk)
+{
+  return disk->cluster_bytes;
+}
+bool ploop_disk_readonly(const struct ploop_disk *disk)
+{
+  return !disk->rdwr;
+}
+unsigned ploop_disk_depth(const struct ploop_disk *disk)
+{
+  return disk->n;
+}
+const char *ploop_disk_dir(const struct ploop_disk *disk)
+{
+  return disk->dir;
+}
 
 struct ploop_descriptor *ploop_disk_descriptor(struct ploop_disk *disk)
 {
@@ -181,8 +195,8 @@ struct ploop_descriptor *ploop_disk_descriptor(struct ploop_disk *disk)
 static int check_range(struct ploop_disk *disk, uint64_t off, uint64_t len)
 {
   if (off > disk->size_bytes || len > disk->size_bytes - off)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: range %llu+%llu is past the disk end (%llu)",
-                       disk->dir, (unsigned long long)off, (unsigned long long)len,
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: range %llu+%llu is past the disk end (%llu)", disk->dir,
+                       (unsigned long long)off, (unsigned long long)len,
                        (unsigned long long)disk->size_bytes);
   return 0;
 }
@@ -242,8 +256,10 @@ static int alloc_and_write(struct ploop_disk *disk, uint64_t vc, uint64_t coff, 
     return -1;
   if (r == 1) /* someone else allocated it meanwhile */
     return p ? ploop_pwrite_full(top->fd, p, n, DELTA_OFF(off) + coff, top->path)
-             : (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)(DELTA_OFF(off) + coff), (off_t)n) == 0
-                    ? 0 : ploop_error_os(top->path, "fallocate"));
+             : (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)(DELTA_OFF(off) + coff),
+                          (off_t)n) == 0
+                    ? 0
+                    : ploop_error_os(top->path, "fallocate"));
   uint64_t lower_off;
   unsigned lower = disk_find(disk, 1, vc, &lower_off);
   int rc = 0;
@@ -443,8 +459,8 @@ int ploop_disk_write_zeroes(struct ploop_disk *disk, uint64_t off, uint64_t len,
   return zero_common(disk, off, len, flags & PLOOP_ZERO_NO_HOLE, flags);
 }
 
-int ploop_disk_block_status(struct ploop_disk *disk, uint64_t off, uint64_t len,
-                            struct ploop_extent *out, size_t max)
+int ploop_disk_block_status(struct ploop_disk *disk, uint64_t off, uint64_t len, struct ploop_extent *out,
+                            size_t max)
 {
   if (check_range(disk, off, len) < 0)
     return -1;
@@ -516,7 +532,8 @@ int ploop_disk_dirty_get(struct ploop_disk *disk, uint8_t *bitmap, size_t bytes,
   size_t need = (size_t)div_round_up(div_round_up(disk->size_bytes, disk->cluster_bytes), 8);
   if (bytes < need) {
     pthread_rwlock_unlock(&disk->rw);
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: dirty bitmap needs %zu bytes, got %zu", disk->dir, need, bytes);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: dirty bitmap needs %zu bytes, got %zu", disk->dir, need,
+                       bytes);
   }
   memcpy(bitmap, disk->dirty, need);
   memset(bitmap + need, 0, bytes - need);

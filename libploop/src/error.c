@@ -9,9 +9,18 @@ static __thread char error_msg[1024];
 static __thread int error_errno;
 static __thread int error_status;
 
-const char *ploop_get_error(void) { return error_msg[0] ? error_msg : "no error"; }
-int ploop_get_errno(void) { return error_errno; }
-int ploop_get_status(void) { return error_status ? error_status : PLOOP_ERR_GENERIC; }
+const char *ploop_get_error(void)
+{
+  return error_msg[0] ? error_msg : "no error";
+}
+int ploop_get_errno(void)
+{
+  return error_errno;
+}
+int ploop_get_status(void)
+{
+  return error_status ? error_status : PLOOP_ERR_GENERIC;
+}
 
 static int set_error(int status, int err, const char *fmt, va_list ap)
 {

@@ -11,15 +11,15 @@
 #define PLOOP_SIG_V1 "WithoutFreeSpace"
 #define PLOOP_SIG_V2 "WithouFreSpacExt"
 #define PLOOP_SIG_LEN 16
-#define PLOOP_IMAGE_TYPE 2u              /* m_Type: PRL_IMAGE_COMPRESSED */
-#define PLOOP_IN_USE 0x746F6E59u         /* "Ynot": open read-write */
-#define PLOOP_CLEAN_V20 0u               /* closed cleanly */
-#define PLOOP_CLEAN_V21 0x312e3276u      /* "v2.1": closed, format extension present */
+#define PLOOP_IMAGE_TYPE 2u         /* m_Type: PRL_IMAGE_COMPRESSED */
+#define PLOOP_IN_USE 0x746F6E59u    /* "Ynot": open read-write */
+#define PLOOP_CLEAN_V20 0u          /* closed cleanly */
+#define PLOOP_CLEAN_V21 0x312e3276u /* "v2.1": closed, format extension present */
 #define PLOOP_CIF_EMPTY 0x1u
 #define PLOOP_CIF_FMT_CONVERT 0x2u
 #define PLOOP_HEADER_SIZE 64u
-#define PLOOP_BAT_FIRST_SLOT 16u         /* the header covers u32 slots 0..15 */
-#define PLOOP_ZERO_INDEX 0xFFFFFFFFu     /* reserved by the kernel; never valid */
+#define PLOOP_BAT_FIRST_SLOT 16u     /* the header covers u32 slots 0..15 */
+#define PLOOP_ZERO_INDEX 0xFFFFFFFFu /* reserved by the kernel; never valid */
 /* ploop's library limit on the virtual size (50 TiB). */
 #define PLOOP_MAX_VIRTUAL_BYTES (50ull << 40)
 
@@ -28,11 +28,11 @@ struct ploop_header {
   uint32_t type;
   uint32_t heads;
   uint32_t cylinders;
-  uint32_t cluster_sectors;  /* m_Sectors */
-  uint32_t bat_entries;      /* m_Size */
-  uint64_t size_sectors;     /* v2: u64; v1: low u32 only */
+  uint32_t cluster_sectors; /* m_Sectors */
+  uint32_t bat_entries;     /* m_Size */
+  uint64_t size_sectors;    /* v2: u64; v1: low u32 only */
   uint32_t in_use;
-  uint32_t first_block;      /* sectors */
+  uint32_t first_block; /* sectors */
   uint32_t flags;
   uint64_t ext_offset;
 } __attribute__((packed));

@@ -12,8 +12,8 @@
 #include "format.h"
 #include "libploop.h"
 
-#define PLOOP_ALIGN 4096u         /* buffer alignment for O_DIRECT */
-#define PLOOP_BAT_PAGE 4096u      /* BAT write granularity */
+#define PLOOP_ALIGN 4096u    /* buffer alignment for O_DIRECT */
+#define PLOOP_BAT_PAGE 4096u /* BAT write granularity */
 #define PLOOP_MAX_INFLIGHT_ALLOC 256
 
 /* ---- errors (error.c) ---- */
@@ -22,39 +22,51 @@ int ploop_error(int status, int err, const char *fmt, ...) __attribute__((format
 /* Prepends "CONTEXT: " to the current message (keeps status and errno). */
 int ploop_error_wrap(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Shorthand: an OS call failed on PATH. */
-#define ploop_error_os(path, what) \
+#define ploop_error_os(path, what)                                                                           \
   ploop_error(PLOOP_ERR_IO, errno, "%s: %s: %s", (path), (what), strerror(errno))
 
 /* ---- small helpers ---- */
-static inline bool is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
-static inline uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-static inline uint64_t div_round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a; }
-static inline uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
-void *ploop_aligned_alloc(size_t len);    /* zeroed, PLOOP_ALIGN-aligned; sets error on failure */
+static inline bool is_pow2(uint64_t x)
+{
+  return x && !(x & (x - 1));
+}
+static inline uint64_t round_up(uint64_t x, uint64_t a)
+{
+  return (x + a - 1) / a * a;
+}
+static inline uint64_t div_round_up(uint64_t x, uint64_t a)
+{
+  return (x + a - 1) / a;
+}
+static inline uint64_t min_u64(uint64_t a, uint64_t b)
+{
+  return a < b ? a : b;
+}
+void *ploop_aligned_alloc(size_t len); /* zeroed, PLOOP_ALIGN-aligned; sets error on failure */
 bool ploop_is_zero(const void *buf, size_t len);
 int ploop_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *path);
 int ploop_pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const char *path);
 int ploop_fsync_dir(const char *dir);
-char *ploop_strdup(const char *s);  /* sets error on failure */
+char *ploop_strdup(const char *s); /* sets error on failure */
 
 /* ---- delta (delta.c) ---- */
 struct ploop_delta {
   char *path;
   int fd;
   bool rdwr;
-  bool raw;                     /* Plain image: identity map, no header */
+  bool raw; /* Plain image: identity map, no header */
   struct ploop_header_host h;
   uint64_t cluster_bytes;
-  uint64_t raw_bytes;           /* raw: file size */
-  uint8_t *bat_raw;             /* header + BAT exactly as on disk */
-  size_t bat_bytes;             /* first_block * 512 */
-  pthread_mutex_t lock;         /* alloc_head, dirty pages, inflight */
+  uint64_t raw_bytes;   /* raw: file size */
+  uint8_t *bat_raw;     /* header + BAT exactly as on disk */
+  size_t bat_bytes;     /* first_block * 512 */
+  pthread_mutex_t lock; /* alloc_head, dirty pages, inflight */
   pthread_cond_t cond;
-  pthread_mutex_t flush_lock;   /* one flush at a time: BAT pages go out in order */
-  uint64_t flush_started;       /* group commit: flushes begun (under lock) */
-  uint64_t flush_done;          /* the start number of the last completed flush */
-  uint64_t alloc_head;          /* next free cluster (file size / cluster) */
-  uint8_t *page_dirty;          /* one byte per BAT page */
+  pthread_mutex_t flush_lock; /* one flush at a time: BAT pages go out in order */
+  uint64_t flush_started;     /* group commit: flushes begun (under lock) */
+  uint64_t flush_done;        /* the start number of the last completed flush */
+  uint64_t alloc_head;        /* next free cluster (file size / cluster) */
+  uint8_t *page_dirty;        /* one byte per BAT page */
   size_t n_pages;
   bool any_dirty;
   uint32_t inflight[PLOOP_MAX_INFLIGHT_ALLOC];
@@ -109,7 +121,8 @@ uint64_t delta_count_allocated(const struct ploop_delta *d);
 /* A new delta file, durable; IN_USE: created already marked (for a new top). */
 int delta_create_file(const char *path, const struct ploop_delta_create_params *p, bool in_use);
 /* The same, left unsynced: *FD is the open file, for the caller to sync (aio_sync_all). */
-int delta_create_file_nosync(const char *path, const struct ploop_delta_create_params *p, bool in_use, int *fd);
+int delta_create_file_nosync(const char *path, const struct ploop_delta_create_params *p, bool in_use,
+                             int *fd);
 /* delta_open flag: the file was just created by delta_create_file(in_use=true). */
 #define DELTA_OPEN_FRESH (1u << 16)
 void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors);
@@ -118,9 +131,10 @@ void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors);
 /* Locks of a disk directory (lock.c); each returns an fd to close for
  * unlock, -1 on error, or -2 (READER only) where the directory is read-only
  * media and no lock is needed. */
-#define PLOOP_LOCK_WRITER 1u  /* one process changes the disk at a time */
-#define PLOOP_LOCK_DELTAS 2u  /* existing deltas get rewritten or removed (alone: the writer already holds byte 0) */
-#define PLOOP_LOCK_READER 4u  /* shared: a snapshot is open read-only */
+#define PLOOP_LOCK_WRITER 1u /* one process changes the disk at a time */
+#define PLOOP_LOCK_DELTAS                                                                                    \
+  2u /* existing deltas get rewritten or removed (alone: the writer already holds byte 0) */
+#define PLOOP_LOCK_READER 4u /* shared: a snapshot is open read-only */
 int ploop_lock_disk(const char *dir, unsigned what);
 void ploop_unlock_disk(int fd);
 
@@ -134,16 +148,16 @@ struct ploop_disk {
   unsigned open_flags;
   uint64_t size_bytes;
   uint64_t cluster_bytes;
-  pthread_rwlock_t rw;          /* I/O: read side; structure changes: write side */
+  pthread_rwlock_t rw; /* I/O: read side; structure changes: write side */
   int lock_fd;
-  uint8_t *dirty;               /* dirty-tracking bitmap, one bit per cluster */
+  uint8_t *dirty; /* dirty-tracking bitmap, one bit per cluster */
   size_t dirty_bytes;
   bool dirty_on;
-  char *snapshot_guid;          /* set for a read-only snapshot view */
+  char *snapshot_guid; /* set for a read-only snapshot view */
 };
 /* Read virtual cluster VC range from deltas starting at depth index FROM (0 = top). */
-int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t coff,
-                            void *buf, size_t len);
+int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t coff, void *buf,
+                            size_t len);
 /* Depth (1-based) of the first delta from index FROM that holds VC; 0 if none. */
 unsigned disk_find(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t *off);
 /* Makes whole cluster VC read as zeros (KEEP: stay allocated in the top). Caller holds disk->rw. */
@@ -176,10 +190,8 @@ int merge_child_into_parent(struct ploop_descriptor *d, const char *child_guid, 
 int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force);
 
 /* ---- descriptor internals (descriptor.c) ---- */
-struct ploop_descriptor *descriptor_new(const char *dir, uint64_t size_sectors,
-                                        uint32_t cluster_sectors);
-int descriptor_add_image(struct ploop_descriptor *d, const char *guid, const char *file,
-                         const char *parent);
+struct ploop_descriptor *descriptor_new(const char *dir, uint64_t size_sectors, uint32_t cluster_sectors);
+int descriptor_add_image(struct ploop_descriptor *d, const char *guid, const char *file, const char *parent);
 void descriptor_remove_image(struct ploop_descriptor *d, const char *guid);
 struct ploop_snapshot_desc *descriptor_find_shot(struct ploop_descriptor *d, const char *guid);
 struct ploop_descriptor *descriptor_dup(const struct ploop_descriptor *d);

@@ -28,7 +28,8 @@ int ploop_lock_disk(const char *dir, unsigned what)
   if (what == PLOOP_LOCK_READER) {
     if (lock_byte(fd, F_RDLCK, 1) < 0) {
       close(fd);
-      return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: snapshots are being merged or removed; try again later", dir);
+      return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: snapshots are being merged or removed; try again later",
+                         dir);
     }
     return fd;
   }

@@ -17,14 +17,14 @@ static int merge_preflight(struct ploop_descriptor *d, const char *child, char *
   if (!cs || !ploop_descriptor_find_image(d, child))
     return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s", d->dir, child);
   if (!strcmp(cs->parent, PLOOP_NULL_GUID))
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: %s is the base image; there is nothing below to merge into",
-                       d->dir, child);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL,
+                       "%s: %s is the base image; there is nothing below to merge into", d->dir, child);
   snprintf(parent, PLOOP_UUID_LEN + 1, "%s", cs->parent);
   size_t n = descriptor_children(d, parent, NULL);
   if (n > 1)
     return ploop_error(PLOOP_ERR_PARAM, EBUSY,
-                       "%s: snapshot %s has %zu children; merging one into it would change the others", d->dir,
-                       parent, n);
+                       "%s: snapshot %s has %zu children; merging one into it would change the others",
+                       d->dir, parent, n);
   if (ploop_descriptor_find_image(d, child)->plain)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: a raw image cannot be merged down", d->dir);
   return 0;
@@ -60,7 +60,8 @@ static int merge_data(struct ploop_delta *x, struct ploop_delta *p, ploop_progre
   return 0;
 }
 
-int merge_child_into_parent(struct ploop_descriptor *d, const char *child, ploop_progress_fn progress, void *opaque)
+int merge_child_into_parent(struct ploop_descriptor *d, const char *child, ploop_progress_fn progress,
+                            void *opaque)
 {
   char parent[PLOOP_UUID_LEN + 1];
   if (merge_preflight(d, child, parent) < 0)
@@ -68,7 +69,8 @@ int merge_child_into_parent(struct ploop_descriptor *d, const char *child, ploop
   const struct ploop_image_desc *ci = ploop_descriptor_find_image(d, child);
   char *child_path = ploop_descriptor_image_path(d, ci);
   struct ploop_delta *x = delta_open_image(d, ci, PLOOP_OPEN_RDONLY);
-  struct ploop_delta *p = x ? delta_open_image(d, ploop_descriptor_find_image(d, parent), PLOOP_OPEN_RDWR) : NULL;
+  struct ploop_delta *p =
+      x ? delta_open_image(d, ploop_descriptor_find_image(d, parent), PLOOP_OPEN_RDWR) : NULL;
   int rc = -1;
   if (!child_path || !x || !p)
     goto out;
@@ -97,7 +99,8 @@ int ploop_snapshot_merge(const char *dir_or_xml, const char *guid, bool all, plo
                          void *opaque)
 {
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
+  struct ploop_descriptor *d =
+      descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
   if (!d)
     return -1;
   int rc = 0;
@@ -208,10 +211,11 @@ unlock:
   return rc;
 }
 
-static int disk_merge_all_or_one(struct ploop_disk *disk, const char *guid, bool all, ploop_progress_fn progress,
-                                 void *opaque);
+static int disk_merge_all_or_one(struct ploop_disk *disk, const char *guid, bool all,
+                                 ploop_progress_fn progress, void *opaque);
 
-int ploop_disk_merge(struct ploop_disk *disk, const char *guid, bool all, ploop_progress_fn progress, void *opaque)
+int ploop_disk_merge(struct ploop_disk *disk, const char *guid, bool all, ploop_progress_fn progress,
+                     void *opaque)
 {
   if (!disk->rdwr || disk->snapshot_guid)
     return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: merge needs the disk open read-write", disk->dir);
@@ -224,8 +228,8 @@ int ploop_disk_merge(struct ploop_disk *disk, const char *guid, bool all, ploop_
   return rc;
 }
 
-static int disk_merge_all_or_one(struct ploop_disk *disk, const char *guid, bool all, ploop_progress_fn progress,
-                                 void *opaque)
+static int disk_merge_all_or_one(struct ploop_disk *disk, const char *guid, bool all,
+                                 ploop_progress_fn progress, void *opaque)
 {
   if (all) {
     while (disk->n > 1)
@@ -252,6 +256,7 @@ static int disk_merge_all_or_one(struct ploop_disk *disk, const char *guid, bool
       return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s in the served stack", disk->dir, g);
   }
   if (i + 1 >= disk->n)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the base image has nothing below to merge into", disk->dir);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the base image has nothing below to merge into",
+                       disk->dir);
   return disk_merge_index(disk, i, progress, opaque);
 }

@@ -21,7 +21,8 @@ static int relocate_for_bat(struct ploop_delta *d, uint64_t new_first)
     return -1;
   uint64_t moved = 0;
   int rc = 0;
-  uint64_t *vcs = calloc(new_first - old_first, sizeof *vcs), *offs = calloc(new_first - old_first, sizeof *offs);
+  uint64_t *vcs = calloc(new_first - old_first, sizeof *vcs),
+           *offs = calloc(new_first - old_first, sizeof *offs);
   if (!vcs || !offs)
     rc = ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
   for (uint64_t vc = 0; rc == 0 && vc < d->h.bat_entries; vc++) {
@@ -80,8 +81,8 @@ int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force)
   uint64_t sectors = round_up(size_sectors, cs);
   uint64_t entries = sectors / cs;
   if (sectors == 0 || sectors * 512 > PLOOP_MAX_VIRTUAL_BYTES)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size %llu bytes is out of range (1 cluster to 50 TiB)", d->path,
-                       (unsigned long long)sectors * 512);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size %llu bytes is out of range (1 cluster to 50 TiB)",
+                       d->path, (unsigned long long)sectors * 512);
   if (d->h.version == 1 && sectors > UINT32_MAX)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format v1 is limited to 2 TiB", d->path);
   uint64_t old_entries = d->h.bat_entries;
@@ -90,9 +91,10 @@ int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force)
     for (uint64_t vc = entries; vc < old_entries; vc++)
       lost += delta_lookup(d, vc) != 0;
     if (lost && !force)
-      return ploop_error(PLOOP_ERR_PARAM, EINVAL,
-                         "%s: %llu allocated clusters lie past the new end; shrink the filesystem first or use --force",
-                         d->path, (unsigned long long)lost);
+      return ploop_error(
+          PLOOP_ERR_PARAM, EINVAL,
+          "%s: %llu allocated clusters lie past the new end; shrink the filesystem first or use --force",
+          d->path, (unsigned long long)lost);
     for (uint64_t vc = entries; vc < old_entries; vc++)
       if (delta_lookup(d, vc))
         delta_set_entry(d, vc, 0);
@@ -140,7 +142,8 @@ int ploop_disk_resize(struct ploop_disk *disk, uint64_t new_bytes, unsigned flag
   uint64_t old_clusters = div_round_up(disk->size_bytes, cb), new_clusters = sectors * 512 / cb;
   struct ploop_descriptor *nd = NULL;
   if (top->raw) {
-    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the top image is raw; convert it to ploop1 to resize", disk->dir);
+    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the top image is raw; convert it to ploop1 to resize",
+                disk->dir);
     goto out;
   }
   if (new_clusters < old_clusters) {
@@ -148,9 +151,10 @@ int ploop_disk_resize(struct ploop_disk *disk, uint64_t new_bytes, unsigned flag
     for (uint64_t vc = new_clusters; vc < old_clusters; vc++)
       lost += disk_find(disk, 0, vc, NULL) != 0;
     if (lost && !(flags & PLOOP_RESIZE_FORCE)) {
-      ploop_error(PLOOP_ERR_PARAM, EINVAL,
-                  "%s: %llu allocated clusters lie past the new end; shrink the filesystem first or use --force",
-                  disk->dir, (unsigned long long)lost);
+      ploop_error(
+          PLOOP_ERR_PARAM, EINVAL,
+          "%s: %llu allocated clusters lie past the new end; shrink the filesystem first or use --force",
+          disk->dir, (unsigned long long)lost);
       goto out;
     }
   }

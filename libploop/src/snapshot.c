@@ -210,7 +210,8 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid)
   if (ploop_uuid_normalize(guid, g) < 0)
     return -1;
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
+  struct ploop_descriptor *d =
+      descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
   if (!d)
     return -1;
   int rc = -1;
@@ -268,7 +269,8 @@ int ploop_snapshot_delete(const char *dir_or_xml, const char *guid)
   if (ploop_uuid_normalize(guid, g) < 0)
     return -1;
   int lock;
-  struct ploop_descriptor *d = descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
+  struct ploop_descriptor *d =
+      descriptor_load_locked(dir_or_xml, &lock, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS);
   if (!d)
     return -1;
   int rc = -1;
@@ -276,13 +278,13 @@ int ploop_snapshot_delete(const char *dir_or_xml, const char *guid)
   const char *child = NULL;
   size_t children = descriptor_children(d, g, &child);
   if (!strcmp(g, PLOOP_TOP_GUID)) {
-    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: %s is the current top; it cannot be deleted (see snapshot-switch)",
-                d->dir, g);
+    ploop_error(PLOOP_ERR_PARAM, EINVAL,
+                "%s: %s is the current top; it cannot be deleted (see snapshot-switch)", d->dir, g);
   } else if (!im) {
     ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s", d->dir, g);
   } else if (children > 1) {
-    ploop_error(PLOOP_ERR_PARAM, EBUSY, "%s: snapshot %s has %zu child snapshots; delete them first", d->dir, g,
-                children);
+    ploop_error(PLOOP_ERR_PARAM, EBUSY, "%s: snapshot %s has %zu child snapshots; delete them first", d->dir,
+                g, children);
   } else if (children == 1) {
     char c[PLOOP_UUID_LEN + 1];
     snprintf(c, sizeof c, "%s", child);

@@ -40,8 +40,8 @@ int ploop_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *pa
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      return ploop_error(PLOOP_ERR_IO, errno, "%s: read at %llu: %s", path,
-                         (unsigned long long)off, strerror(errno));
+      return ploop_error(PLOOP_ERR_IO, errno, "%s: read at %llu: %s", path, (unsigned long long)off,
+                         strerror(errno));
     }
     if (n == 0) /* past EOF reads as zeros (a truncated tail after a crash) */
       break;
@@ -62,8 +62,8 @@ int ploop_pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const c
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      return ploop_error(PLOOP_ERR_IO, errno, "%s: write at %llu: %s", path,
-                         (unsigned long long)off, strerror(errno));
+      return ploop_error(PLOOP_ERR_IO, errno, "%s: write at %llu: %s", path, (unsigned long long)off,
+                         strerror(errno));
     }
     p += n;
     off += (uint64_t)n;
@@ -98,7 +98,8 @@ char *ploop_strdup(const char *s)
 int ploop_parse_size(const char *s, uint64_t *out)
 {
   if (!s || !*s || !isdigit((unsigned char)*s))
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "invalid size '%s': expected a number with an optional K/M/G/T suffix", s ? s : "");
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL,
+                       "invalid size '%s': expected a number with an optional K/M/G/T suffix", s ? s : "");
   errno = 0;
   char *end;
   unsigned long long v = strtoull(s, &end, 10);
@@ -107,12 +108,24 @@ int ploop_parse_size(const char *s, uint64_t *out)
   unsigned shift = 0;
   if (*end) {
     switch (toupper((unsigned char)*end)) {
-    case 'B': shift = 0; break;
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    case 'T': shift = 40; break;
-    case 'P': shift = 50; break;
+    case 'B':
+      shift = 0;
+      break;
+    case 'K':
+      shift = 10;
+      break;
+    case 'M':
+      shift = 20;
+      break;
+    case 'G':
+      shift = 30;
+      break;
+    case 'T':
+      shift = 40;
+      break;
+    case 'P':
+      shift = 50;
+      break;
     default:
       return ploop_error(PLOOP_ERR_PARAM, EINVAL, "invalid size '%s': unknown suffix '%s'", s, end);
     }
