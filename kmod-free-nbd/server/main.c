@@ -408,6 +408,10 @@ int main(int argc, char **argv) {
     if (null >= 0) {
       dup2(null, 0);
       dup2(null, 1);
+      /* Logs stay in a file or on a terminal, but a pipe would keep a
+       * caller that reads our stderr to its end waiting forever. */
+      struct stat st;
+      if (fstat(2, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) dup2(null, 2);
       if (null > 2) close(null);
     }
   }

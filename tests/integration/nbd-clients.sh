@@ -132,7 +132,8 @@ assert p.wait(timeout=10) == 0, "stdio server exit status"
 PY
 
 # ---- daemon mode ----------------------------------------------------
-$PLOOP_NBD -d -P "$TMP/d.pid" -U "$SOCK" "$TMP/disk" 2>"$TMP/d.log" || fail "daemon start: $(cat "$TMP/d.log")"
+# Started the way scripts do, reading its output to the end: returns at once.
+out=$(timeout 20 $PLOOP_NBD -d -P "$TMP/d.pid" -U "$SOCK" "$TMP/disk" 2>&1) || fail "daemon start: $out"
 DPID=$(cat "$TMP/d.pid")
 cleanup "kill $DPID 2>/dev/null"
 [[ $(nbdinfo --size "$U") == 268435456 ]] || fail "daemon serves"
