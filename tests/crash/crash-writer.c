@@ -1,9 +1,9 @@
 /* Crash-test driver for libploop (run by tests/integration/crash-kill.sh).
  *
  *   crash-writer init DIR SIZE CLUSTER_BYTES
- *   crash-writer write DIR LOG SEED MODE     (MODE: plain|threads|snapshot|merge|resize|convert; runs until killed)
- *   crash-writer verify DIR LOG BASELINE [--commit]
- *   crash-writer powerfail JOURNAL SEED       (see powerfail.h)
+ *   crash-writer write DIR LOG SEED MODE     (MODE: plain|threads|snapshot|merge|resize|convert; runs until
+ * killed) crash-writer verify DIR LOG BASELINE [--commit] crash-writer powerfail JOURNAL SEED       (see
+ * powerfail.h)
  *
  * `write` appends one line to LOG before issuing each operation and, after
  * ploop_disk_flush (or a snapshot/close/merge that implies it) returns, a line
@@ -27,8 +27,8 @@
 #include "libploop.h"
 #include "powerfail.h"
 
-#define MAX_DISK (64ull << 20)  /* writes stay below this: the model's size */
-#define MAX_GROW (1ull << 30)   /* the resize mode grows up to this; beyond MAX_DISK reads zeros */
+#define MAX_DISK (64ull << 20) /* writes stay below this: the model's size */
+#define MAX_GROW (1ull << 30)  /* the resize mode grows up to this; beyond MAX_DISK reads zeros */
 #define MAX_IO (256u << 10)
 
 static void die(const char *fmt, ...)
@@ -62,7 +62,10 @@ static uint64_t rng(void)
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-static uint64_t rng_below(uint64_t n) { return n ? rng() % n : 0; }
+static uint64_t rng_below(uint64_t n)
+{
+  return n ? rng() % n : 0;
+}
 
 /* The byte a write with SEED puts at virtual offset OFF: depends on both, so
  * data read from a wrong offset or an older write never matches. */
@@ -104,7 +107,10 @@ static void log_line(bool sync, const char *fmt, ...)
 }
 
 /* All operations issued so far are durable. */
-static void log_durable(void) { log_line(true, "F %" PRIu64 "\n", n_issued); }
+static void log_durable(void)
+{
+  log_line(true, "F %" PRIu64 "\n", n_issued);
+}
 
 /* ---- write mode ---- */
 
@@ -318,8 +324,8 @@ static int cmd_write(const char *dir, const char *logpath, uint64_t seed, const 
       /* Small steps, and big ones that need more BAT clusters, which moves
        * the data clusters right behind the BAT (the relocation path). */
       uint64_t size = ploop_disk_size(disk);
-      uint64_t to = size + (rng_below(2) ? ploop_disk_cluster_size(disk) * (1 + rng_below(40))
-                                         : 128ull << 20);
+      uint64_t to =
+          size + (rng_below(2) ? ploop_disk_cluster_size(disk) * (1 + rng_below(40)) : 128ull << 20);
       if (to <= MAX_GROW) {
         log_line(true, "R %" PRIu64 "\n", to);
         if (round % 2) {
@@ -371,13 +377,13 @@ static struct op *read_log(const char *path, size_t *n_out, uint64_t *min_size, 
       break; /* torn last line: the op was never issued */
     struct op o = {0};
     uint64_t v;
-    if (sscanf(line, "O %c %" SCNu64 " %" SCNu64 " %" SCNu32, &o.kind, &o.off, &o.len,
-               &o.seed) == 4) {
+    if (sscanf(line, "O %c %" SCNu64 " %" SCNu64 " %" SCNu32, &o.kind, &o.off, &o.len, &o.seed) == 4) {
       if (n == cap)
         ops = realloc(ops, (cap *= 2) * sizeof *ops);
       ops[n++] = o;
-    } else if (sscanf(line, "Q %" SCNu64 " %c %" SCNu64 " %" SCNu64 " %" SCNu32, &v, &o.kind,
-                      &o.off, &o.len, &o.seed) == 5 && v >= 1) {
+    } else if (sscanf(line, "Q %" SCNu64 " %c %" SCNu64 " %" SCNu64 " %" SCNu32, &v, &o.kind, &o.off, &o.len,
+                      &o.seed) == 5 &&
+               v >= 1) {
       /* Threads mode: explicit indexes, lines may come out of order. */
       while (cap < v)
         ops = realloc(ops, (cap *= 2) * sizeof *ops);
@@ -440,8 +446,8 @@ static int cmd_verify(const char *dir, const char *logpath, const char *baseline
   size_t n;
   struct op *ops = read_log(logpath, &n, &min_size, &max_size);
   if (size < min_size || size > max_size)
-    die("disk size %" PRIu64 " outside [%" PRIu64 ", %" PRIu64 "] (baseline/resizes)", size,
-        min_size, max_size);
+    die("disk size %" PRIu64 " outside [%" PRIu64 ", %" PRIu64 "] (baseline/resizes)", size, min_size,
+        max_size);
   for (size_t i = 0; i < n; i++) {
     const struct op *o = &ops[i];
     if (o->off + o->len > MAX_DISK)
@@ -488,9 +494,8 @@ static int cmd_verify(const char *dir, const char *logpath, const char *baseline
       continue;
     }
     if (bad++ < 5)
-      fprintf(stderr,
-              "crash-writer: byte %" PRIu64 " is 0x%02x, expected 0x%02x (last durable op %u)\n",
-              p, actual[p], model[p], last[p]);
+      fprintf(stderr, "crash-writer: byte %" PRIu64 " is 0x%02x, expected 0x%02x (last durable op %u)\n", p,
+              actual[p], model[p], last[p]);
   }
   if (ploop_disk_close(disk) < 0)
     die("close: %s", ploop_get_error());
@@ -505,8 +510,7 @@ static int cmd_verify(const char *dir, const char *logpath, const char *baseline
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     /* No fsync: the baseline only has to outlive the writer being killed. */
     if (fd < 0 || write(fd, actual, modeled) != (ssize_t)modeled || ftruncate(fd, size) < 0 ||
-        close(fd) < 0 ||
-        rename(tmp, baseline) < 0)
+        close(fd) < 0 || rename(tmp, baseline) < 0)
       die("%s: %s", baseline, strerror(errno));
   }
   free(model);

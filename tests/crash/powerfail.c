@@ -141,8 +141,7 @@ static void journal_write(int fd, const struct iovec *iov, int iovcnt, uint64_t 
   for (int i = 0; i < iovcnt; i++)
     len += iov[i].iov_len;
   uint64_t old = size_of(fd);
-  struct rec r = {REC_MAGIC, REC_WRITE, (uint32_t)id, 0, off, len, old,
-                  off + len > old ? off + len : old};
+  struct rec r = {REC_MAGIC, REC_WRITE, (uint32_t)id, 0, off, len, old, off + len > old ? off + len : old};
   jwrite(&r, sizeof r);
   journal_old(id, off, len);
   for (int i = 0; i < iovcnt; i++)
@@ -158,9 +157,9 @@ static void journal_sync(int fd)
   jwrite(&r, sizeof r);
 }
 
-#define REAL(ret, name, ...)                                                           \
-  static ret (*real_##name)(__VA_ARGS__);                                              \
-  if (!real_##name)                                                                    \
+#define REAL(ret, name, ...)                                                                                 \
+  static ret (*real_##name)(__VA_ARGS__);                                                                    \
+  if (!real_##name)                                                                                          \
     real_##name = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name);
 
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
@@ -262,8 +261,7 @@ int io_submit(io_context_t ctx, long nr, struct iocb *ios[])
   return rc;
 }
 
-int io_getevents(io_context_t ctx, long min_nr, long nr, struct io_event *events,
-                 struct timespec *timeout)
+int io_getevents(io_context_t ctx, long min_nr, long nr, struct io_event *events, struct timespec *timeout)
 {
   REAL(int, io_getevents, io_context_t, long, long, struct io_event *, struct timespec *);
   int rc = real_io_getevents(ctx, min_nr, nr, events, timeout);
@@ -445,7 +443,9 @@ int powerfail_replay(const char *journal, uint64_t seed)
       die("sync", paths[f]);
   }
   printf("powerfail: policy %s: %llu unsynced changes undone; %llu sectors kept, %llu lost\n",
-         policy == 0 ? "none-survive" : policy == 1 ? "all-survive" : "random",
+         policy == 0   ? "none-survive"
+         : policy == 1 ? "all-survive"
+                       : "random",
          (unsigned long long)undone, (unsigned long long)kept, (unsigned long long)dropped);
   fclose(j);
   free(ops);

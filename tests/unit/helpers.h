@@ -57,24 +57,22 @@ static inline const char *tpath(const char *fmt, ...)
 }
 
 /* Asserts a libploop call returned >= 0 (or non-NULL) and shows its error otherwise. */
-#define OK(expr)                                                                      \
-  do {                                                                                \
-    long long ok_rc_ = (long long)(expr);                                             \
-    cr_assert(ok_rc_ >= 0, "%s failed: %s (errno %d)", #expr, ploop_get_error(),     \
-              ploop_get_errno());                                                     \
+#define OK(expr)                                                                                             \
+  do {                                                                                                       \
+    long long ok_rc_ = (long long)(expr);                                                                    \
+    cr_assert(ok_rc_ >= 0, "%s failed: %s (errno %d)", #expr, ploop_get_error(), ploop_get_errno());         \
   } while (0)
-#define NOTNULL(expr)                                                                 \
-  ({                                                                                  \
-    __auto_type nn_p_ = (expr);                                                       \
-    cr_assert(nn_p_ != NULL, "%s failed: %s (errno %d)", #expr, ploop_get_error(),   \
-              ploop_get_errno());                                                     \
-    nn_p_;                                                                            \
+#define NOTNULL(expr)                                                                                        \
+  ({                                                                                                         \
+    __auto_type nn_p_ = (expr);                                                                              \
+    cr_assert(nn_p_ != NULL, "%s failed: %s (errno %d)", #expr, ploop_get_error(), ploop_get_errno());       \
+    nn_p_;                                                                                                   \
   })
 
 /* The last error must mention NAME (usually the basename of the bad file). */
-#define ERROR_NAMES(name)                                                             \
-  cr_assert(ploop_get_error() && strstr(ploop_get_error(), (name)),                   \
-            "error message should name '%s', got: %s", (name),                       \
+#define ERROR_NAMES(name)                                                                                    \
+  cr_assert(ploop_get_error() && strstr(ploop_get_error(), (name)),                                          \
+            "error message should name '%s', got: %s", (name),                                               \
             ploop_get_error() ? ploop_get_error() : "(null)")
 
 static inline const char *base_name(const char *p)
@@ -90,8 +88,7 @@ static inline void raw_pread(const char *path, void *buf, size_t len, off_t off)
   int fd = open(path, O_RDONLY);
   cr_assert(fd >= 0, "open %s: %s", path, strerror(errno));
   ssize_t r = pread(fd, buf, len, off);
-  cr_assert(r == (ssize_t)len, "pread %s @%lld: %zd (%s)", path, (long long)off, r,
-            strerror(errno));
+  cr_assert(r == (ssize_t)len, "pread %s @%lld: %zd (%s)", path, (long long)off, r, strerror(errno));
   close(fd);
 }
 
@@ -195,20 +192,17 @@ static inline int depth_at(struct ploop_disk *disk, uint64_t off)
 {
   struct ploop_extent ext[4];
   int n = ploop_disk_block_status(disk, off, 1, ext, 4);
-  cr_assert(n >= 1, "block_status @%llu: %d: %s", (unsigned long long)off, n,
-            ploop_get_error());
+  cr_assert(n >= 1, "block_status @%llu: %d: %s", (unsigned long long)off, n, ploop_get_error());
   cr_assert(ext[0].offset <= off && off < ext[0].offset + ext[0].length,
-            "first extent [%llu,+%llu) does not cover %llu",
-            (unsigned long long)ext[0].offset, (unsigned long long)ext[0].length,
-            (unsigned long long)off);
+            "first extent [%llu,+%llu) does not cover %llu", (unsigned long long)ext[0].offset,
+            (unsigned long long)ext[0].length, (unsigned long long)off);
   return (int)ext[0].depth;
 }
 
 /* Make a disk (root.hds + DiskDescriptor.xml) in the scratch dir. */
 static inline void make_disk(uint64_t size, uint32_t cluster_sectors)
 {
-  struct ploop_delta_create_params p = {.size_bytes = size, .cluster_sectors = cluster_sectors,
-                                        .version = 2};
+  struct ploop_delta_create_params p = {.size_bytes = size, .cluster_sectors = cluster_sectors, .version = 2};
   OK(ploop_disk_create(tpath("root.hds"), &p));
 }
 

@@ -161,8 +161,8 @@ Test(check, report_format_names_each_problem)
   int lines = 0;
   for (char *s = buf; *s; s++)
     lines += *s == '\n';
-  cr_assert_geq(lines + (buf[0] && buf[strlen(buf) - 1] != '\n'), 2,
-                "want one line per problem, got: %s", buf);
+  cr_assert_geq(lines + (buf[0] && buf[strlen(buf) - 1] != '\n'), 2, "want one line per problem, got: %s",
+                buf);
   char small[8];
   memset(small, 'X', sizeof small);
   ploop_check_report_format(&r, small, sizeof small);
@@ -203,8 +203,8 @@ Test(check, whole_disk_check_covers_every_delta)
   cr_assert_eq(ploop_disk_check(test_dir, PLOOP_CHECK_FORCE, msg, sizeof msg), 1,
                "damage in a lower delta not found: %s", msg);
   cr_assert(strstr(msg, base_name(lower)), "message should name %s: %s", lower, msg);
-  cr_assert_eq(ploop_disk_check(test_dir, PLOOP_CHECK_FORCE | PLOOP_CHECK_REPAIR, msg, sizeof msg),
-               0, "%s", msg);
+  cr_assert_eq(ploop_disk_check(test_dir, PLOOP_CHECK_FORCE | PLOOP_CHECK_REPAIR, msg, sizeof msg), 0, "%s",
+               msg);
   cr_assert_eq(raw_le32(lower, BAT0 + 4 * 3), 0);
   free(lower);
 }

@@ -97,8 +97,7 @@ Test(convert, interrupted_conversion_is_refused_then_restored_by_check)
                  "a delta in the middle of a conversion must not be used");
   char msg[4096] = "";
   int rc = ploop_disk_check(test_dir, PLOOP_CHECK_REPAIR | PLOOP_CHECK_FORCE, msg, sizeof msg);
-  cr_assert_eq(rc, 0, "check -F should restore the backup: rc %d: %s / %s", rc, msg,
-               ploop_get_error());
+  cr_assert_eq(rc, 0, "check -F should restore the backup: rc %d: %s / %s", rc, msg, ploop_get_error());
   cr_assert_eq(raw_le32(p, 52) & 2, 0);
   cr_assert(!file_exists(tpath("root.hds.convert-backup")));
   assert_disk_matches_model("after restoring the BAT backup");

@@ -5,8 +5,18 @@
 
 /* Header field offsets, from formats/ploop-v2.md (not from the library). */
 enum {
-  H_SIG = 0, H_TYPE = 16, H_HEADS = 20, H_CYL = 24, H_CLUSTER = 28, H_BAT_ENTRIES = 32,
-  H_SIZE = 36, H_IN_USE = 44, H_FIRST_BLOCK = 48, H_FLAGS = 52, H_EXT = 56, BAT0 = 64,
+  H_SIG = 0,
+  H_TYPE = 16,
+  H_HEADS = 20,
+  H_CYL = 24,
+  H_CLUSTER = 28,
+  H_BAT_ENTRIES = 32,
+  H_SIZE = 36,
+  H_IN_USE = 44,
+  H_FIRST_BLOCK = 48,
+  H_FLAGS = 52,
+  H_EXT = 56,
+  BAT0 = 64,
 };
 #define IN_USE_MARK 0x746F6E59u
 #define CIF_EMPTY 1u
@@ -137,8 +147,8 @@ Test(delta, create_rejects_bad_parameters)
     const char *p = tpath("bad%zu.hds", i);
     struct ploop_delta_create_params prm = {bad[i].size, bad[i].cl, bad[i].version};
     cr_assert_eq(ploop_delta_create(p, &prm), -1, "%s: should be rejected", bad[i].why);
-    cr_assert_eq(ploop_get_status(), PLOOP_ERR_PARAM, "%s: status %d (%s)", bad[i].why,
-                 ploop_get_status(), ploop_get_error());
+    cr_assert_eq(ploop_get_status(), PLOOP_ERR_PARAM, "%s: status %d (%s)", bad[i].why, ploop_get_status(),
+                 ploop_get_error());
     cr_assert(!file_exists(p), "%s: a rejected create left %s behind", bad[i].why, p);
   }
 }
@@ -184,11 +194,9 @@ Test(delta, dirty_delta_needs_allow_dirty)
   const char *p = create(4 << 20, 64, 2);
   raw_put_le32(p, H_IN_USE, IN_USE_MARK); /* as left by a crash */
   cr_assert_null(ploop_delta_open(p, PLOOP_OPEN_RDWR), "dirty delta opened without check");
-  cr_assert_eq(ploop_get_status(), PLOOP_ERR_BUSY, "status %d (%s)", ploop_get_status(),
-               ploop_get_error());
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_BUSY, "status %d (%s)", ploop_get_status(), ploop_get_error());
   ERROR_NAMES(base_name(p));
-  struct ploop_delta *d =
-      NOTNULL(ploop_delta_open(p, PLOOP_OPEN_RDWR | PLOOP_OPEN_ALLOW_DIRTY));
+  struct ploop_delta *d = NOTNULL(ploop_delta_open(p, PLOOP_OPEN_RDWR | PLOOP_OPEN_ALLOW_DIRTY));
   OK(ploop_delta_close(d));
   cr_assert_eq(raw_le32(p, H_IN_USE), 0);
 }
@@ -482,8 +490,8 @@ static void write_single_descriptor(const char *file, uint64_t sectors, uint32_t
            "<Type>Compressed</Type><File>%s</File></Image></Storage></StorageData>"
            "<Snapshots><TopGUID>%s</TopGUID><Shot><GUID>%s</GUID><ParentGUID>%s</ParentGUID>"
            "</Shot></Snapshots></Parallels_disk_image>\n",
-           (unsigned long long)sectors, (unsigned long long)sectors, cluster_sectors,
-           PLOOP_TOP_GUID, file, PLOOP_TOP_GUID, PLOOP_TOP_GUID, PLOOP_NULL_GUID);
+           (unsigned long long)sectors, (unsigned long long)sectors, cluster_sectors, PLOOP_TOP_GUID, file,
+           PLOOP_TOP_GUID, PLOOP_TOP_GUID, PLOOP_NULL_GUID);
   write_text(tpath("DiskDescriptor.xml"), xml);
 }
 
@@ -503,8 +511,7 @@ static void expect_contents(uint64_t size, const struct fill *f, size_t n)
     for (size_t k = 0; k < n; k++)
       if (i >= f[k].off && i < f[k].off + f[k].len)
         want = f[k].byte;
-    cr_assert_eq(b[i], want, "byte %llu is 0x%02x, want 0x%02x", (unsigned long long)i, b[i],
-                 want);
+    cr_assert_eq(b[i], want, "byte %llu is 0x%02x, want 0x%02x", (unsigned long long)i, b[i], want);
   }
   free(b);
   OK(ploop_disk_close(disk));

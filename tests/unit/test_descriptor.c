@@ -30,8 +30,7 @@ static void write_descriptor(const char *top, const struct img *imgs, size_t n)
                   "        <File>%s</File>\n      </Image>\n",
                   imgs[i].guid, imgs[i].file);
   o += snprintf(xml + o, sizeof xml - o,
-                "    </Storage>\n  </StorageData>\n  <Snapshots>\n    <TopGUID>%s</TopGUID>\n",
-                top);
+                "    </Storage>\n  </StorageData>\n  <Snapshots>\n    <TopGUID>%s</TopGUID>\n", top);
   for (size_t i = 0; i < n; i++)
     o += snprintf(xml + o, sizeof xml - o,
                   "    <Shot>\n      <GUID>%s</GUID>\n      <ParentGUID>%s</ParentGUID>\n"
@@ -61,8 +60,8 @@ static void expect_refused_in(const char *dir, const char *why, const char *need
     cr_assert_eq(ploop_descriptor_validate(d), -1, "%s: accepted by load and validate", why);
     ploop_descriptor_free(d);
   }
-  cr_assert_eq(ploop_get_status(), PLOOP_ERR_CORRUPT, "%s: status %d (%s)", why,
-               ploop_get_status(), ploop_get_error());
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_CORRUPT, "%s: status %d (%s)", why, ploop_get_status(),
+               ploop_get_error());
   if (needle)
     ERROR_NAMES(needle);
   struct ploop_disk *disk = ploop_disk_open(dir, NULL, PLOOP_OPEN_RDONLY);
@@ -239,8 +238,7 @@ Test(descriptor, rejects_file_leaving_the_directory)
   struct ploop_delta_create_params prm = {4 << 20, 64, 2};
   OK(ploop_delta_create(tpath("escape.hds"), &prm));
   char *abs_path = strdup(tpath("escape.hds"));
-  const char *bad[] = {"../escape.hds", abs_path, "a/../../escape.hds", "..", "",
-                       "./../escape.hds"};
+  const char *bad[] = {"../escape.hds", abs_path, "a/../../escape.hds", "..", "", "./../escape.hds"};
   char *disk_dir = strdup(tpath("disk"));
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     const struct img imgs[] = {{PLOOP_TOP_GUID, PLOOP_NULL_GUID, bad[i]}};

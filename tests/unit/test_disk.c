@@ -107,8 +107,13 @@ Test(disk, unaligned_buffers_offsets_and_lengths)
   static const struct {
     uint64_t off;
     size_t len;
-  } cases[] = {{777, 3001}, {1, 1}, {511, 2}, {CL - 3, 7}, {3 * CL + 100, 2 * CL + 5},
-               {DISK_SIZE - 1, 1}, {DISK_SIZE - 1025, 513}};
+  } cases[] = {{777, 3001},
+               {1, 1},
+               {511, 2},
+               {CL - 3, 7},
+               {3 * CL + 100, 2 * CL + 5},
+               {DISK_SIZE - 1, 1},
+               {DISK_SIZE - 1025, 513}};
   uint8_t *raw = malloc(3 * CL + 64);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     uint8_t *b = raw + 1 + i; /* deliberately misaligned buffer */
@@ -120,8 +125,8 @@ Test(disk, unaligned_buffers_offsets_and_lengths)
     memset(b, 0, cases[i].len);
     OK(ploop_disk_pread(disk, b, cases[i].len, cases[i].off));
     long bad = check_pattern(b, cases[i].len, 100 + i, cases[i].off);
-    cr_assert_eq(bad, -1, "case %zu (off %llu len %zu): byte %ld wrong", i,
-                 (unsigned long long)cases[i].off, cases[i].len, bad);
+    cr_assert_eq(bad, -1, "case %zu (off %llu len %zu): byte %ld wrong", i, (unsigned long long)cases[i].off,
+                 cases[i].len, bad);
   }
   /* Neighbours of the small writes are untouched (a read-modify-write bug
    * would smear them). */
@@ -272,8 +277,8 @@ Test(disk, block_status_reports_depths_and_covers_range)
     cr_assert_gt(ext[i].length, 0);
     for (uint64_t c = ext[i].offset / CL; c < (ext[i].offset + ext[i].length) / CL; c++) {
       unsigned want = (c == 0 || c == 2 || c == 3) ? 1 : 0;
-      cr_assert_eq(ext[i].depth, want, "cluster %llu: depth %u, want %u", (unsigned long long)c,
-                   ext[i].depth, want);
+      cr_assert_eq(ext[i].depth, want, "cluster %llu: depth %u, want %u", (unsigned long long)c, ext[i].depth,
+                   want);
     }
     pos += ext[i].length;
   }
@@ -319,8 +324,7 @@ Test(disk, dirty_tracking)
   uint8_t want[sizeof bm] = {0};
   want[0] = (1 << 3) | (1 << 4) | (1 << 5);
   want[200 / 8] |= 1 << (200 % 8);
-  cr_assert_arr_eq(bm, want, sizeof bm, "dirty bitmap: byte0=0x%02x byte25=0x%02x", bm[0],
-                   bm[25]);
+  cr_assert_arr_eq(bm, want, sizeof bm, "dirty bitmap: byte0=0x%02x byte25=0x%02x", bm[0], bm[25]);
   OK(ploop_disk_dirty_get(disk, bm, sizeof bm, false));
   cr_assert_eq(first_nonzero(bm, sizeof bm), -1, "CLEAR did not reset the bitmap");
   put(disk, 1, 255 * CL, 1);
@@ -388,8 +392,7 @@ Test(disk, second_rdwr_open_is_refused)
   struct ploop_disk *disk = open_rw();
   struct ploop_disk *again = ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR);
   cr_assert_null(again, "two writers on one disk");
-  cr_assert_eq(ploop_get_status(), PLOOP_ERR_BUSY, "status %d (%s)", ploop_get_status(),
-               ploop_get_error());
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_BUSY, "status %d (%s)", ploop_get_status(), ploop_get_error());
   OK(ploop_disk_close(disk));
   again = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
   OK(ploop_disk_close(again));

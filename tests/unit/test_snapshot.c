@@ -46,8 +46,7 @@ static void model_put(uint8_t *m, uint32_t seed, uint64_t off, size_t len)
 static void assert_equal_model(const uint8_t *got, const uint8_t *want, size_t n, const char *what)
 {
   for (size_t i = 0; i < n; i++)
-    cr_assert_eq(got[i], want[i], "%s: byte %zu is 0x%02x, want 0x%02x", what, i, got[i],
-                 want[i]);
+    cr_assert_eq(got[i], want[i], "%s: byte %zu is 0x%02x, want 0x%02x", what, i, got[i], want[i]);
 }
 
 static void assert_disk_is(const uint8_t *model, const char *what)

@@ -19,16 +19,14 @@ Test(parse_size, binary_suffixes)
     const char *s;
     uint64_t v;
   } cases[] = {
-      {"1K", 1ull << 10},   {"512M", 512ull << 20}, {"10G", 10ull << 30},
-      {"2T", 2ull << 40},   {"1k", 1ull << 10},     {"3g", 3ull << 30},
-      {"1536K", 1536ull << 10},
+      {"1K", 1ull << 10}, {"512M", 512ull << 20}, {"10G", 10ull << 30},     {"2T", 2ull << 40},
+      {"1k", 1ull << 10}, {"3g", 3ull << 30},     {"1536K", 1536ull << 10},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     uint64_t v = 0;
-    cr_assert_eq(ploop_parse_size(cases[i].s, &v), 0, "'%s': %s", cases[i].s,
-                 ploop_get_error());
-    cr_assert_eq(v, cases[i].v, "'%s' -> %llu, want %llu", cases[i].s,
-                 (unsigned long long)v, (unsigned long long)cases[i].v);
+    cr_assert_eq(ploop_parse_size(cases[i].s, &v), 0, "'%s': %s", cases[i].s, ploop_get_error());
+    cr_assert_eq(v, cases[i].v, "'%s' -> %llu, want %llu", cases[i].s, (unsigned long long)v,
+                 (unsigned long long)cases[i].v);
   }
 }
 
@@ -94,7 +92,7 @@ Test(uuid, normalize_rejects_malformed)
   static const char *bad[] = {
       "",
       "5fbaabe3",
-      "{5fbaabe3-6958-40ff-92a7-860e329aab41",   /* one brace */
+      "{5fbaabe3-6958-40ff-92a7-860e329aab41", /* one brace */
       "5fbaabe3-6958-40ff-92a7-860e329aab41}",
       "{5fbaabe3-6958-40ff-92a7-860e329aab4}",   /* short */
       "{5fbaabe3-6958-40ff-92a7-860e329aab411}", /* long */
@@ -112,11 +110,9 @@ Test(errors, bad_input_is_a_param_error_quoting_the_input)
 {
   uint64_t v;
   cr_assert_eq(ploop_parse_size("bogus", &v), -1);
-  cr_assert_eq(ploop_get_status(), PLOOP_ERR_PARAM, "bad size is a caller error, got %d",
-               ploop_get_status());
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_PARAM, "bad size is a caller error, got %d", ploop_get_status());
   cr_assert_neq(ploop_get_error(), NULL);
-  cr_assert(strstr(ploop_get_error(), "bogus"), "message should quote the input: %s",
-            ploop_get_error());
+  cr_assert(strstr(ploop_get_error(), "bogus"), "message should quote the input: %s", ploop_get_error());
 }
 
 static void *fail_in_thread(void *arg)
