@@ -96,8 +96,8 @@ static bool mounted_from(const char *mount_point, const char *device)
 
 /* ---- the daemon ------------------------------------------------------- */
 
-/* ploop-nbd next to the running binary (one build tree, one install), else
- * $PLOOP_NBD, else the PATH. */
+/* $PLOOP_NBD (tests, odd installs), else ploop-nbd next to the running
+ * binary (one build tree, one install), else the PATH. */
 static void daemon_path(char *out, size_t len)
 {
   const char *env = getenv("PLOOP_NBD");

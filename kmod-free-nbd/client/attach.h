@@ -11,7 +11,13 @@
  *
  * State of each attachment lives in small files under PLOOP_ATTACH_RUN_DIR
  * (/run/ploop/attach), so umount/list work from any process.  All calls need
- * root (mount, loop, FUSE). */
+ * root (mount, loop, FUSE).
+ *
+ * The daemon is $PLOOP_NBD if set, else `ploop-nbd` from the directory of
+ * the running binary, else from the PATH; its stderr goes to /run/ploop/attach/ID.log
+ * (kept as ID.log.dead when it died).  Its NBD socket (for other clients) is
+ * /run/ploop/attach/ID.nbd; the control socket of the live top is the disk's
+ * usual one (ploop_ctl_socket_path), so online verbs reach it by disk dir. */
 #ifndef PLOOP_ATTACH_H
 #define PLOOP_ATTACH_H
 
