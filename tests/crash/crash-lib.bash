@@ -97,6 +97,16 @@ crash_loop() {
       fail "round $i (seed $seed): ploop check -F: $out"
     out=$("$WRITER" verify "$disk" "$log" "$base" --commit 2>&1) ||
       fail "round $i (seed $seed): data check after repair: $out"
+    # 4. A second opinion from qemu's parallels driver: leaks (exit 3) are the
+    # lost clusters; corruption (exit 2) or a refusal is a failure.
+    if command -v qemu-img >/dev/null; then
+      local q qrc
+      for f in $(sed -n 's:.*<File>\(.*\)</File>.*:\1:p' "$disk/DiskDescriptor.xml"); do
+        qrc=0
+        q=$(qemu-img check -f parallels "$disk/$f" 2>&1) || qrc=$?
+        [[ $qrc -eq 0 || $qrc -eq 3 ]] || fail "round $i: qemu-img check $f exited $qrc: $q"
+      done
+    fi
     echo "round $i ($m): killed after ${ms}ms: $out"
   done
   echo "crash-$mode: $iterations kills survived; $lost lost clusters in the stack at the end (reported, not corruption)"
