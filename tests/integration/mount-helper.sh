@@ -58,6 +58,15 @@ expect_fail touch "$MP/x" >/dev/null
 umount "$MP"
 no_leaks "$D"
 
+# A snapshot by uuid= (read-only, whatever else is asked).
+guid=$("$PLOOP" snapshot "$D" | grep -o '{[0-9a-f-]*}' | head -1)
+[[ -n $guid ]] || fail "offline snapshot printed no GUID"
+mount -t ploop -o "rw,uuid=$guid" "$D/DiskDescriptor.xml" "$MP"
+[[ $(cat "$MP/hello") == hello ]] || fail "snapshot lacks the file"
+findmnt -n -o OPTIONS "$MP" | grep -qw ro || fail "snapshot mounted read-write"
+umount "$MP"
+no_leaks "$D"
+
 # A failing mount reports and leaves nothing.
 rc=0
 mount -t ploop "$TMP/nonexistent/DiskDescriptor.xml" "$MP" 2>/dev/null || rc=$?
