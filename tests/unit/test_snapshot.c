@@ -458,3 +458,57 @@ Test(snapshot, merge_of_many_small_clusters_completes, .timeout = 60)
   free(b);
   OK(ploop_disk_close(disk));
 }
+
+/* Eight threads write their own 4 KiB slot of the same clusters at once, all
+ * of them unallocated in the top and held by the snapshot below: every
+ * allocation races with copy-up, and no slot may be lost or overwritten by
+ * another thread's copy of older data. */
+struct slot_writer {
+  struct ploop_disk *disk;
+  uint32_t slot;
+  int failed;
+};
+
+static void *slot_writer_run(void *arg)
+{
+  struct slot_writer *w = arg;
+  uint8_t b[4096];
+  for (uint32_t c = 0; c < 64; c++) {
+    uint64_t off = (uint64_t)c * CL + (uint64_t)w->slot * 4096;
+    fill_pattern(b, sizeof b, 500 + w->slot, off);
+    if (ploop_disk_pwrite(w->disk, b, sizeof b, off, 0) < 0)
+      w->failed = 1;
+  }
+  return NULL;
+}
+
+Test(snapshot, racing_partial_writes_to_unallocated_clusters_with_copy_up)
+{
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 0, 64 * CL); /* old data below, to be copied up */
+  char s1[PLOOP_UUID_LEN + 1];
+  OK(ploop_disk_snapshot(disk, NULL, s1));
+  enum { N = CL / 4096 };
+  pthread_t t[N];
+  struct slot_writer w[N];
+  for (uint32_t i = 0; i < N; i++) {
+    w[i] = (struct slot_writer){disk, i, 0};
+    cr_assert_eq(pthread_create(&t[i], NULL, slot_writer_run, &w[i]), 0);
+  }
+  for (uint32_t i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    cr_assert_eq(w[i].failed, 0);
+  }
+  OK(ploop_disk_close(disk));
+  disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDONLY));
+  uint8_t b[4096];
+  for (uint32_t c = 0; c < 64; c++)
+    for (uint32_t s = 0; s < N; s++) {
+      uint64_t off = (uint64_t)c * CL + (uint64_t)s * 4096;
+      OK(ploop_disk_pread(disk, b, sizeof b, off));
+      cr_assert_eq(check_pattern(b, sizeof b, 500 + s, off), -1, "cluster %u slot %u lost its write", c, s);
+    }
+  OK(ploop_disk_close(disk));
+  assert_all_deltas_clean();
+}
