@@ -13,7 +13,11 @@
  * sector of those changes is put back or not, oldest first.  A real disk
  * may persist any subset of unsynced sectors, in any order; that is what
  * breaks a format that writes an index before the data it points to is
- * durable, and what a SIGKILL alone never shows. */
+ * durable, and what a SIGKILL alone never shows.
+ *
+ * Not modelled: directory entries (create, rename, unlink survive as they
+ * are), the descriptor (always replaced by an fsynced rename), and file
+ * systems that persist data past a size change that did not persist. */
 #include "powerfail.h"
 
 #include <dlfcn.h>
