@@ -15,7 +15,8 @@ $TOOL mkraw "$TMP/src.raw" $((8 << 20)) 3 0 # 8 MiB, every cluster holds data
 $PLOOP import "$TMP/src.raw" "$TMP/good" >/dev/null
 dd if=/dev/zero of="$TMP/zero.raw" bs=1M count=8 status=none
 
-tree_sum() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum; }
+# Checksum of every file of a disk but its lock file (which names the last holder's pid).
+tree_sum() { (cd "$1" && find . -type f ! -name '*.lck' -print0 | sort -z | xargs -0 sha256sum) | sha256sum; }
 
 # fresh NAME: a copy of the good disk to damage.
 fresh() {
