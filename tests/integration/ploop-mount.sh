@@ -81,8 +81,11 @@ fi
 
 # --- online merge of the snapshot while the disk stays mounted and written to
 head -c $((4 << 20)) /dev/urandom >"$M/three" &
-$PLOOP snapshot-merge "$D"
-wait
+writer=$!
+rc=0
+$PLOOP snapshot-merge "$D" || rc=$?
+wait $writer # before any failure: a busy mount point would block the cleanup's umount
+[[ $rc -eq 0 ]] || fail "online merge of a mounted disk exited $rc"
 [[ $($PLOOP snapshot-list -H -o uuid "$D" | wc -l) -eq 1 ]] || fail "online merge left several images"
 [[ $($PLOOP info --json "$D" | jq_py 'd["server"]["depth"]') -eq 1 ]] || fail "daemon still sees 2 deltas"
 sync

@@ -123,7 +123,8 @@ static int run_list(int argc, char **argv)
   size_t n = 0;
   if (ploop_attach_list(&all, &n) < 0)
     return cli_lib_error();
-  qsort(all, n, sizeof *all, cmp_info);
+  if (n)
+    qsort(all, n, sizeof *all, cmp_info);
   if (json) {
     printf("[");
     for (size_t i = 0; i < n; i++) {
