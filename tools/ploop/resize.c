@@ -147,7 +147,8 @@ const struct cli_verb verb_resize = {
                "  -f, --force       offline: resize the image only, and shrink it even if\n"
                "                    data lies beyond the new end (that data is lost)\n"
                "A disk holding an ext2/3/4 or XFS filesystem is resized with it: offline\n"
-               "through a device-only attach (needs root; shrink runs e2fsck + resize2fs\n"
-               "first), online when mounted (grow only).  A bare disk: the image only.\n"
+               "through a device-only attach (needs root; a shrink runs e2fsck + resize2fs,\n"
+               "discards the device past the new end, then shrinks the disk), online when\n"
+               "mounted (grow only).  A bare disk: the image only.\n"
                "When ploop-nbd serves the disk unmounted, the daemon resizes the image.\n",
 };
