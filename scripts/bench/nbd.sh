@@ -30,7 +30,8 @@ stop_server() {
     SPID=
   fi
 }
-trap 'stop_server; rm -rf "$W"' EXIT
+declare -A PIDS=()
+trap 'stop_server; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait; rm -rf "$W"' EXIT
 SOCK=$W/nbd.sock
 URI="nbd+unix:///?socket=$SOCK"
 
@@ -89,41 +90,37 @@ make_thin() {
 make_qemu_copy() { rm -rf "$W/q"; cp -r "$W/$1" "$W/q"; }
 
 declare -A R M
+# All three servers run side by side and each workload visits them in turn,
+# so a change in the machine's load hits them alike (it is often shared).
 run_all() { # KIND
-  local kind=$1 wl
-  # ploop-nbd
-  [[ $kind == thin ]] && make_thin
-  rm -f "$SOCK"
-  "$PLOOP_NBD" ${THREADS:+-t "$THREADS"} -U "$SOCK" "$W/$kind" &
-  SPID=$!
-  wait_sock
-  for wl in "${WORKLOADS[@]}"; do R[$kind,$wl,ploop]=$(fio_iops "$wl" --ioengine=nbd --uri="$URI"); done
-  M[$kind,ploop]=$(rss_mib)
-  stop_server
-  # qemu-nbd on the same kind of ploop image
-  [[ $kind == thin ]] && make_thin
+  local kind=$1 wl srv
+  if [[ $kind == thin ]]; then
+    make_thin
+  fi
   make_qemu_copy "$kind"
-  rm -f "$SOCK"
-  qemu-nbd -f parallels --cache=none --aio=native --persistent -k "$SOCK" "$W/q/root.hds" &
-  SPID=$!
-  wait_sock
-  for wl in "${WORKLOADS[@]}"; do R[$kind,$wl,qemu]=$(fio_iops "$wl" --ioengine=nbd --uri="$URI"); done
-  M[$kind,qemu]=$(rss_mib)
-  stop_server
-  # nbdkit file on the raw copy
-  [[ $kind == thin ]] && make_thin
-  rm -f "$SOCK"
-  nbdkit -f -U "$SOCK" file "$W/$kind.raw" &
-  SPID=$!
-  wait_sock
-  for wl in "${WORKLOADS[@]}"; do R[$kind,$wl,nbdkit]=$(fio_iops "$wl" --ioengine=nbd --uri="$URI"); done
-  M[$kind,nbdkit]=$(rss_mib)
-  stop_server
-  # fio itself, O_DIRECT libaio on the raw file: the ceiling
-  [[ $kind == thin ]] && make_thin
+  cp --sparse=always "$W/$kind.raw" "$W/$kind.fio.raw"
+  PIDS=()
+  rm -f "$W"/*.sock
+  "$PLOOP_NBD" ${THREADS:+-t "$THREADS"} -U "$W/ploop.sock" "$W/$kind" &
+  PIDS[ploop]=$!
+  qemu-nbd -f parallels --cache=none --aio=native --persistent -k "$W/qemu.sock" "$W/q/root.hds" &
+  PIDS[qemu]=$!
+  nbdkit -f -U "$W/nbdkit.sock" file "$W/$kind.raw" &
+  PIDS[nbdkit]=$!
+  for srv in ploop qemu nbdkit; do SOCK=$W/$srv.sock wait_sock; done
   for wl in "${WORKLOADS[@]}"; do
-    R[$kind,$wl,raw]=$(fio_iops "$wl" --ioengine=libaio --direct=1 --filename="$W/$kind.raw")
+    for srv in ploop qemu nbdkit; do
+      R[$kind,$wl,$srv]=$(fio_iops "$wl" --ioengine=nbd --uri="nbd+unix:///?socket=$W/$srv.sock")
+    done
+    R[$kind,$wl,raw]=$(fio_iops "$wl" --ioengine=libaio --direct=1 --filename="$W/$kind.fio.raw")
   done
+  for srv in ploop qemu nbdkit; do
+    SPID=${PIDS[$srv]}
+    M[$kind,$srv]=$(rss_mib)
+    stop_server
+  done
+  PIDS=()
+  rm -rf "$W/q" "$W/$kind.fio.raw"
 }
 
 start=$(date +%s)
