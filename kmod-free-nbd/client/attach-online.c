@@ -107,6 +107,21 @@ static int loop_refresh(const struct ploop_attach_info *i)
   return 0;
 }
 
+static int discard_tail(const char *dev, uint64_t from, uint64_t to)
+{
+  int fd = open(dev, O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", dev, strerror(errno));
+  uint64_t range[2] = {from, to - from};
+  int rc = ioctl(fd, BLKDISCARD, range);
+  int e = errno;
+  close(fd);
+  if (rc < 0)
+    return ploop_set_error(PLOOP_ERR_IO, e, "%s: discard past %" PRIu64 ": %s", dev, from,
+                           strerror(e));
+  return 0;
+}
+
 static int disk_resize(const struct ploop_attach_info *i, uint64_t new_bytes)
 {
   if (ploop_ctl_resize(i->disk_dir, new_bytes) < 0)
@@ -134,8 +149,12 @@ int ploop_attach_resize(const char *what, uint64_t new_bytes)
       return ploop_set_error(PLOOP_ERR_BUSY, EBUSY,
                              "%s: cannot shrink a mounted %s filesystem; umount it and resize offline",
                              i.disk_dir, fstype[0] ? fstype : "");
-    /* The filesystem first, so nothing lives past the new end. */
+    /* The filesystem first, so nothing lives past the new end; then the
+     * blocks it gave up are discarded, so no cluster stays allocated there
+     * (the disk refuses to cut off allocated clusters). */
     if (fstype[0] && ploop_fs_resize_offline(i.device, fstype, new_bytes) < 0)
+      return -1;
+    if (discard_tail(i.device, new_bytes, cur) < 0)
       return -1;
     return disk_resize(&i, new_bytes);
   }

@@ -120,6 +120,23 @@ head -c $((700 << 20)) /dev/zero >"$MP/big" || fail "cannot use the grown space"
 att_umount "$MP"
 no_leaks "$D" "$dev"
 
+# Offline shrink of the unmounted disk below what was ever written: ext4
+# shrinks first (e2fsck + resize2fs), its freed tail is discarded, then the
+# image; every file survives and both checks stay clean.
+if [[ $ATTACH_VIA == cli ]]; then
+  "$PLOOP" resize -s 1700M "$D" >/dev/null
+else
+  att_mount "$D" >/dev/null && att_resize "$D" 1700M && att_umount "$D"
+fi
+"$PLOOP" check "$D" >/dev/null || fail "ploop check after the shrink"
+dev=$(att_mount "$D")
+[[ $(blockdev --getsize64 "$dev") -eq $((1700 << 20)) ]] || fail "disk is not 1700M after the shrink"
+e2fsck -fn "$dev" >"$TMP/fsck.log" 2>&1 || { cat "$TMP/fsck.log"; fail "e2fsck after the shrink"; }
+att_umount "$D"
+dev=$(att_mount "$D" "$MP")
+(cd "$MP" && sha256sum --quiet -c "$manifest") || fail "files changed by the shrink"
+att_umount "$D"
+
 # Bad input: one-line errors, no leftovers.
 expect_fail att_umount "$D" >/dev/null
 expect_fail att_mount "$TMP/nonexistent" "$MP" >/dev/null
