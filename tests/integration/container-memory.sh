@@ -68,11 +68,12 @@ if ! { dd if=/dev/zero of="$swapfile" bs=1M count=640 status=none && chmod 600 "
        mkswap "$swapfile" >/dev/null 2>&1 && swapon "$swapfile" 2>/dev/null; }; then
   echo "NOTE: swapon failed on this host: skipping the --swap part"
 else
-  cleanup "swapoff '$swapfile'"
+  # Containers first: a live 64M container cannot take its swapped pages back (ENOMEM).
+  cleanup "_ct_cleanup; swapoff '$swapfile'"
   ct start m1 --memory 64M --swap 448M -- /bin/sh -c "$(hog 100663296 'echo done > /tmp/filled; while :; do sleep 1; done')"
   wait_running m1
   cg=$(memcg m1)
-  for i in $(seq 300); do [[ -e $CTROOT/m1/rootfs/tmp/filled ]] && break; sleep 0.1; done
+  for i in $(seq 900); do [[ -e $CTROOT/m1/rootfs/tmp/filled ]] && break; sleep 0.1; done
   [[ -e $CTROOT/m1/rootfs/tmp/filled ]] || fail "hog with swap did not finish: $(cat "$CTROOT/m1/console.log")"
   if [[ -f $cg/memory.stat && -f $cg/memory.memsw.usage_in_bytes ]]; then
     swapped=$(awk '$1 == "swap" {print $2}' "$cg/memory.stat")

@@ -89,7 +89,7 @@ int container_info(const char *name, struct container_info *info)
   bool frozen = false;
   if (cg_is_frozen(&cg, &frozen) == 0 && frozen)
     info->state = "frozen";
-  cg_memory(&cg, &info->mem_usage, &info->mem_limit);
+  info->mem_known = cg_memory(&cg, &info->mem_usage, &info->mem_limit) == 0;
   uint64_t oom = 0;
   if (cg_oom_kills(&cg, &oom) == 0)
     info->oom_kills = oom;

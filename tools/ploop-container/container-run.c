@@ -10,6 +10,7 @@
 #include <grp.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,6 +96,7 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   (void)lockfd;  /* held for our whole life; released by exit */
   cleanup_free char *diskdir = ct_path(name, "disk");
   cleanup_free char *mnt = ct_path(name, "rootfs");
+  cleanup_free char *ctdir = ct_path(name, NULL);
   struct ct_cgroup cg = {0};
   bool mounted = false, cg_made = false, exec_failed = false;
   sigset_t fwd, old;
@@ -110,6 +112,12 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
     if (disk_mount(diskdir, mnt) < 0)
       goto fail;
     mounted = true;
+  }
+  /* Never start on the bare mountpoint: that would be the host's disk. */
+  struct stat st_mnt, st_dir;
+  if (stat(mnt, &st_mnt) < 0 || stat(ctdir, &st_dir) < 0 || st_mnt.st_dev == st_dir.st_dev) {
+    ct_fail(0, "the disk of %s is not mounted on %s (attach reported success)", name, mnt);
+    goto fail;
   }
   phase("attach");
   if (cg_init(&cg, name) < 0 || cg_create(&cg, o->memory, o->swap, o->pids) < 0)

@@ -36,6 +36,7 @@ struct container_info {
   const char *state;  /* running, frozen, stopped */
   int pid;            /* 0 when stopped */
   uint64_t mem_usage, mem_limit, disk_bytes, oom_kills;
+  bool mem_known;     /* the memory controller answered */
   const char *disk;   /* backend: ploop or raw */
   int last_status;    /* -1 when unknown */
 };

@@ -39,7 +39,7 @@ int verb_list(int argc, char **argv)
     struct container_info info;
     container_info(names[i], &info);
     char used[16] = "-", limit[16] = "-", size[16], disk[32], mem[40], last[48] = "-";
-    if (info.pid) {
+    if (info.pid && info.mem_known) {
       format_size(info.mem_usage, used, sizeof used);
       if (info.mem_limit == UINT64_MAX)
         snprintf(limit, sizeof limit, "none");
