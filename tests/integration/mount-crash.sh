@@ -39,7 +39,7 @@ timeout 30 blockdev --flushbufs "$dev" 2>/dev/null || true
 # Snapshots and resizes of a dead attachment are refused with one line.
 expect_fail att_snapshot "$D" >/dev/null
 
-timeout 60 bash -c "$(declare -f att_umount); ATTACH_VIA=$ATTACH_VIA DRIVER=${DRIVER:-} PLOOP=$PLOOP att_umount '$D'" ||
+timeout 60 "$PLOOP" umount "$D" ||
   fail "umount after the crash failed"
 no_leaks "$D" "$dev"
 findmnt -n "$MP" >/dev/null && fail "$MP still mounted"
@@ -63,7 +63,7 @@ umount "$MP"
 losetup -d "$dev"
 edev=$(att_mount "$E" "$MP")
 echo "stale attachment had $dev, the new one got $edev"
-timeout 60 bash -c "$(declare -f att_umount); ATTACH_VIA=$ATTACH_VIA DRIVER=${DRIVER:-} PLOOP=$PLOOP att_umount '$D'" ||
+timeout 60 "$PLOOP" umount "$D" ||
   fail "umount of the stale attachment failed"
 findmnt -n "$MP" >/dev/null || fail "umount of a stale attachment unmounted another disk"
 losetup -n -O BACK-FILE "$edev" | grep -qF "$(fuse_file_of "$(realpath "$E")")" ||

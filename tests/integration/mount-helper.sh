@@ -14,29 +14,7 @@ for h in mount.ploop umount.ploop; do
     skip "/sbin/$h is another helper"
   fi
 done
-if [[ $ATTACH_VIA == cli ]]; then
-  export PLOOP
-else
-  # The helpers speak the CLI's verbs; until the CLI has them, a shim maps
-  # them onto the test driver.
-  cat >"$TMP/ploop-shim" <<SHIM
-#!/usr/bin/env bash
-set -e
-verb=\$1; shift
-case \$verb in
-mount)
-  args=() mp= o=
-  while [[ \$1 == -* ]]; do
-    case \$1 in -m) mp=\$2; shift 2 ;; -o) o=\$2; shift 2 ;; -u) args+=(-u "\$2"); shift 2 ;; *) args+=("\$1"); shift ;; esac
-  done
-  exec "$DRIVER" mount "\${args[@]}" \${o:+-o "\$o"} "\$1" \$mp ;;
-umount) exec "$DRIVER" umount "\$1" ;;
-*) exec "$PLOOP" "\$verb" "\$@" ;;
-esac
-SHIM
-  chmod +x "$TMP/ploop-shim"
-  export PLOOP=$TMP/ploop-shim
-fi
+export PLOOP
 
 D=$TMP/disk MP=$TMP/mnt
 mkdir -p "$MP"
