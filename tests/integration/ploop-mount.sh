@@ -38,6 +38,10 @@ $PLOOP info --json "$D" >"$TMP/i.json"
 [[ $(jq_py 'd["served"] and d["in_use"] and d["device"] == "'"$dev"'" and d["mount_point"] == "'"$M"'"' \
   <"$TMP/i.json") == True ]] || fail "info while mounted: $(cat "$TMP/i.json")"
 $PLOOP info "$D" | grep -q '^served: *yes, ploop-nbd pid [0-9]' || fail "info text: served"
+# The mounted filesystem's usage agrees with df.
+df_kb=$(df -k --output=size "$M" | tail -1)
+[[ $($PLOOP info --json "$D" | jq_py 'd["filesystem"]["bytes"] // 1024') -eq $df_kb ]] ||
+  fail "info filesystem size differs from df ($df_kb KiB)"
 
 head -c 1M /dev/zero >"$TMP/i.raw"
 # While served: a second mount, a check and offline-only verbs are refused

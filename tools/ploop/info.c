@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "common.h"
 #include "control.h"
@@ -29,7 +30,22 @@ struct info {
   int online;                 /* enum cli_online */
   char server_json[8192];     /* the daemon's INFO answer, one JSON object */
   struct ploop_attach_info att;
+  bool have_fs;               /* mounted: the filesystem's usage (ploop info -s) */
+  uint64_t fs_bytes, fs_used, fs_avail, fs_inodes, fs_inodes_used;
 };
+
+static void fill_fs_usage(struct info *in)
+{
+  struct statvfs v;
+  if (!in->att.mount_point[0] || statvfs(in->att.mount_point, &v) < 0)
+    return;
+  in->have_fs = true;
+  in->fs_bytes = (uint64_t)v.f_blocks * v.f_frsize;
+  in->fs_used = (uint64_t)(v.f_blocks - v.f_bfree) * v.f_frsize;
+  in->fs_avail = (uint64_t)v.f_bavail * v.f_frsize;
+  in->fs_inodes = v.f_files;
+  in->fs_inodes_used = v.f_files - v.f_ffree;
+}
 
 /* The daemon's pid from its INFO JSON ("pid":N), 0 if absent. */
 static long server_pid(const char *json)
@@ -87,6 +103,13 @@ static void print_text(const struct info *in)
       printf("%-18s %s (%s)\n", "device:", in->att.device, in->att.readonly ? "ro" : "rw");
       if (in->att.mount_point[0])
         printf("%-18s %s (%s)\n", "mounted on:", in->att.mount_point, in->att.fstype);
+      if (in->have_fs) {
+        char c[32];
+        printf("%-18s %s used of %s, %s available; inodes %" PRIu64 " used of %" PRIu64 "\n",
+               "filesystem:", cli_human_bytes(in->fs_used, a, sizeof a),
+               cli_human_bytes(in->fs_bytes, b, sizeof b), cli_human_bytes(in->fs_avail, c, sizeof c),
+               in->fs_inodes_used, in->fs_inodes);
+      }
     }
   }
   if (in->is_disk && in->n_images > 1) {
@@ -122,6 +145,10 @@ static void print_json(const struct info *in)
       cli_json_string(stdout, in->att.device);
       printf(",\n  \"mount_point\": ");
       cli_json_string(stdout, in->att.mount_point);
+      if (in->have_fs)
+        printf(",\n  \"filesystem\": {\"bytes\": %" PRIu64 ", \"used\": %" PRIu64
+               ", \"available\": %" PRIu64 ", \"inodes\": %" PRIu64 ", \"inodes_used\": %" PRIu64 "}",
+               in->fs_bytes, in->fs_used, in->fs_avail, in->fs_inodes, in->fs_inodes_used);
     }
     printf(",\n  \"images\": [");
     for (size_t i = 0; i < in->n_images; i++) {
@@ -253,6 +280,8 @@ static int run_info(int argc, char **argv)
       else if (in.online != CLI_OFFLINE &&
                ploop_ctl_info(path, in.server_json, sizeof in.server_json) < 0)
         rc = cli_ctl_error();
+      if (in.online == CLI_ATTACHED)
+        fill_fs_usage(&in);
       /* The answer is one line; keep it so in the JSON we print. */
       in.server_json[strcspn(in.server_json, "\n")] = 0;
     }
