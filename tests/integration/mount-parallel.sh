@@ -27,7 +27,7 @@ for i in $(seq $N); do att_umount "$TMP/m$i" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p" || fail "a parallel umount failed"; done
 for i in $(seq $N); do no_leaks "$TMP/d$i" "$(cat "$TMP/dev$i")"; done
 for i in $(seq $N); do
-  dev=$(att_mount "$TMP/d$i" "$TMP/m$i")
+  att_mount "$TMP/d$i" "$TMP/m$i" >/dev/null
   [[ $(sum "$TMP/m$i/data") == $(cat "$TMP/sum$i") ]] || fail "disk $i data changed"
   att_umount "$TMP/d$i"
 done
