@@ -21,6 +21,13 @@ done
 [[ -x $PLOOP ]] || { echo "image bench: build first (make all)"; exit 1; }
 export PLOOP_NO_PROGRESS=1
 
+# Two sources, two images, two exports and the merge chains: about 6x the size.
+need_kb=$((SIZE_MIB * 6 * 1024))
+free_kb=$(df -k --output=avail /var/tmp | tail -1)
+if ((free_kb < need_kb)); then
+  echo "image bench: needs $((need_kb / 1024)) MiB free in /var/tmp, has $((free_kb / 1024)) MiB; skipped"
+  exit 0
+fi
 W=$(mktemp -d /var/tmp/ploop-bench-image.XXXXXX)
 stop_daemon() { [[ -f $W/nbd.pid ]] && kill "$(cat "$W/nbd.pid")" 2>/dev/null; rm -f "$W/nbd.pid"; sleep 0.3; }
 trap 'stop_daemon; rm -rf "$W"' EXIT
