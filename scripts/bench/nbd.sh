@@ -80,6 +80,7 @@ SPID=$!
 wait_sock
 nbdcopy --flush "$W/full.raw" "$URI"
 stop_server
+sync
 make_thin() {
   rm -rf "$W/thin" "$W/thin.raw"
   mkdir -p "$W/thin"
@@ -108,11 +109,22 @@ run_all() { # KIND
   nbdkit -f -U "$W/nbdkit.sock" file "$W/$kind.raw" &
   PIDS[nbdkit]=$!
   for srv in ploop qemu nbdkit; do SOCK=$W/$srv.sock wait_sock; done
+  # The copies above are still being written back: let that finish first,
+  # or it slows whichever server is measured first.
+  sync
+  local order=(ploop qemu nbdkit raw) i=0
   for wl in "${WORKLOADS[@]}"; do
-    for srv in ploop qemu nbdkit; do
-      R[$kind,$wl,$srv]=$(fio_iops "$wl" --ioengine=nbd --uri="nbd+unix:///?socket=$W/$srv.sock")
+    # Rotate who goes first: on a thin image the first one also pays for the
+    # others' allocations settling, and load drifts.
+    for ((k = 0; k < 4; k++)); do
+      srv=${order[(i + k) % 4]}
+      if [[ $srv == raw ]]; then
+        R[$kind,$wl,raw]=$(fio_iops "$wl" --ioengine=libaio --direct=1 --filename="$W/$kind.fio.raw")
+      else
+        R[$kind,$wl,$srv]=$(fio_iops "$wl" --ioengine=nbd --uri="nbd+unix:///?socket=$W/$srv.sock")
+      fi
     done
-    R[$kind,$wl,raw]=$(fio_iops "$wl" --ioengine=libaio --direct=1 --filename="$W/$kind.fio.raw")
+    i=$((i + 1))
   done
   for srv in ploop qemu nbdkit; do
     SPID=${PIDS[$srv]}
