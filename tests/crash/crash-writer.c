@@ -278,6 +278,7 @@ static void run_threads(struct ploop_disk *disk, uint64_t seed)
 static int cmd_write(const char *dir, const char *logpath, uint64_t seed, const char *mode)
 {
   rng_state = seed;
+  alarm(120); /* the scripts kill it within a second; never outlive a lost script */
   log_fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0644);
   if (log_fd < 0)
     die("%s: %s", logpath, strerror(errno));

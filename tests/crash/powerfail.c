@@ -59,9 +59,14 @@ static struct {
 } files[MAX_FILES];
 static unsigned n_files;
 
+static uint64_t jbytes;
+#define JOURNAL_MAX (1ull << 30) /* a test writer is killed long before this */
+
 static void jwrite(const void *p, size_t n)
 {
   const char *c = p;
+  if ((jbytes += n) > JOURNAL_MAX)
+    abort(); /* a forgotten writer must not fill the disk */
   while (n) {
     ssize_t w = write(jfd, c, n);
     if (w < 0 && errno == EINTR)
