@@ -370,6 +370,12 @@ static int execute(struct worker *w, const struct request *r, uint64_t cookie) {
     if (rc == 0 && fua) rc = ploop_disk_flush(disk);
     break;
   case NBD_CMD_WRITE_ZEROES: {
+    /* Whole clusters are zeroed in the BAT; a partial one is a real write
+     * of zeros, which FAST_ZERO asks us to refuse so the client can choose
+     * (libploop does not tell, so the rule is applied here). */
+    uint64_t cb = ploop_disk_cluster_size(disk);
+    if ((r->flags & NBD_CMD_FLAG_FAST_ZERO) && (r->offset % cb != 0 || r->count % cb != 0))
+      return reply_error(c, r, cookie, NBD_ENOTSUP);
     unsigned f = (r->flags & NBD_CMD_FLAG_NO_HOLE ? PLOOP_ZERO_NO_HOLE : 0) |
                  (r->flags & NBD_CMD_FLAG_FAST_ZERO ? PLOOP_ZERO_FAST : 0);
     rc = ploop_disk_write_zeroes(disk, r->offset, r->count, f);

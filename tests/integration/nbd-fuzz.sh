@@ -181,6 +181,8 @@ cases = [
     (dict(typ=3, off=1, ln=0), EINVAL, "flush with an offset"),
     (dict(typ=6, off=SIZE, ln=512), ENOSPC, "zero past the end"),
     (dict(typ=4, off=2**63, ln=512), ENOSPC, "trim past the end"),
+    (dict(typ=6, off=4096, ln=4096, flags=0x10), 95, "FAST_ZERO of a partial cluster -> ENOTSUP"),
+    (dict(typ=6, off=32 << 20, ln=1 << 20, flags=0x10), 0, "FAST_ZERO of a whole cluster"),
 ]
 for i, (kw, want, what) in enumerate(cases):
     request(s, cookie=1000 + i, **kw)
