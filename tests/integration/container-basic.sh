@@ -59,9 +59,11 @@ wait_running c1
 kill -9 "$(ct list | awk '$1 == "c1" {print $3}')"
 rc=0; wait $runpid || rc=$?
 [[ $rc -eq 137 ]] || fail "SIGKILL of PID 1 gave $rc"
-# Signals sent to run reach PID 1 (it has a handler, so it may act on them).
-"$PLOOP_CONTAINER" --root "$CTROOT" run c1 -- /bin/sh -c 'trap "exit 42" TERM; while :; do sleep 0.1; done' & runpid=$!
+# Signals sent to run reach PID 1 (it has a handler, so it may act on them;
+# until the trap is set a PID 1 ignores SIGTERM, so wait for it).
+"$PLOOP_CONTAINER" --root "$CTROOT" run c1 -- /bin/sh -c 'trap "exit 42" TERM; touch /tmp/trapped; while :; do sleep 0.1; done' & runpid=$!
 wait_running c1
+for i in $(seq 100); do [[ -e $CTROOT/c1/rootfs/tmp/trapped ]] && break; sleep 0.1; done
 kill -TERM $runpid
 rc=0; wait $runpid || rc=$?
 [[ $rc -eq 42 ]] || fail "SIGTERM forwarded: expected status 42, got $rc"
@@ -74,7 +76,7 @@ ct run c1 -- /bin/sh -c 'echo persistent > /root/note; sync'
 [[ ! -e $CTROOT/c1/rootfs/root/note ]] || fail "file visible on the host mountpoint after stop"
 
 # A pty on a terminal: the container's own devpts, status kept.
-out=$(script -qec "$PLOOP_CONTAINER --root $CTROOT run c1 -- /bin/sh -c 'tty; exit 3'" /dev/null | tr -d '\r') && rc=0 || rc=$?
+out=$(script -qec "$PLOOP_CONTAINER --root $CTROOT run c1 -- /bin/sh -c 'tty; exit 3'" /dev/null </dev/null | tr -d '\r') && rc=0 || rc=$?
 [[ $out == */dev/pts/0* ]] || fail "no pty inside: '$out'"
 [[ $rc -eq 3 ]] || fail "status through the pty: $rc"
 
