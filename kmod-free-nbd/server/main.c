@@ -226,6 +226,19 @@ static void daemonize(void) {
   close(p[0]);
   status_fd = p[1];
   setsid();
+  /* Startup errors travel through the status pipe: let go of the caller's
+   * stdin/stdout now, and of a piped stderr, so a caller reading them to
+   * the end (`out=$(ploop-nbd -d ...)`) is never held open by the daemon,
+   * even if startup stalls after the parent gave up waiting. */
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    struct stat st;
+    dup2(null, 0);
+    dup2(null, 1);
+    if (fstat(2, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+      dup2(null, 2);
+    close(null);
+  }
 }
 
 /* --ctl DIR CMD...: a client of the control socket for scripts and tests;

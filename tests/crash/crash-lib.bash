@@ -71,7 +71,7 @@ crash_loop() {
     # 1. No delta in the stack is corrupt; reading only, nothing repaired yet.
     lost=0
     for f in $(sed -n 's:.*<File>\(.*\)</File>.*:\1:p' "$disk/DiskDescriptor.xml"); do
-      if ! out=$("$PLOOP" check -f -r "$disk/$f" 2>&1); then
+      if ! out=$("$PLOOP" check -f --ro "$disk/$f" 2>&1); then
         # After a power cut mid-conversion the BAT may be torn between units;
         # that state is flagged and kept recoverable by a backup of the BAT,
         # which check -F restores (step 3 then proves nothing was lost).
@@ -114,5 +114,5 @@ crash_loop() {
     echo "crash-$mode: $marker_hits kills landed inside a merge, resize or conversion"
   fi
   # The disk ends clean and opens read-write.
-  "$PLOOP" check -f -r "$disk" >/dev/null || fail "disk not clean at the end"
+  "$PLOOP" check -f --ro "$disk" >/dev/null || fail "disk not clean at the end"
 }

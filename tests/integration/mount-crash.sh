@@ -47,7 +47,7 @@ findmnt -n "$MP" >/dev/null && fail "$MP still mounted"
 # The image was left marked in use: it must not mount until checked.
 expect_fail att_mount "$D" "$MP" >/dev/null
 no_leaks "$D"
-"$PLOOP" check -F "$D" >"$TMP/check.log" 2>&1 || { cat "$TMP/check.log"; fail "ploop check -F failed"; }
+"$PLOOP" check -r "$D" >"$TMP/check.log" 2>&1 || { cat "$TMP/check.log"; fail "ploop check -r failed"; }
 "$PLOOP" check "$D" >/dev/null || fail "image not clean after repair"
 
 # A crashed attachment whose pieces an admin released by hand, its device

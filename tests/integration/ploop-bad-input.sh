@@ -3,7 +3,7 @@
 # entries past EOF, into the header/BAT, or shared by two clusters, and
 # descriptors whose File leaves the directory.  Every verb that meets one gives
 # a one-line error naming the problem and changes nothing on disk; `check`
-# reports the damage (exit 3), and `check -F` repairs what it can.
+# reports the damage (exit 3), and `check -r` repairs what it can.
 source "$(dirname "$0")/functions.sh"
 requires python3
 requires qemu-img
@@ -39,7 +39,7 @@ refused() {
     snapshot) msg=$(expect_fail $PLOOP snapshot "$dir") ;;
     resize) msg=$(expect_fail $PLOOP resize -s 16M "$dir") ;;
     check) msg=$(expect_fail $PLOOP check -f "$dir") ;;
-    check-ro) msg=$(expect_fail $PLOOP check -f -r "$dir") ;;
+    check-ro) msg=$(expect_fail $PLOOP check -f --ro "$dir") ;;
     *) fail "refused: unknown verb $verb" ;;
     esac
     echo "  $verb: $msg"
@@ -134,11 +134,11 @@ expect_fail $PLOOP export -f -o "$TMP/good/root.hds" "$TMP/good/root.hds" | grep
   fail "export -f of a delta onto itself"
 [[ $(tree_sum "$TMP/good") == "$before" ]] || fail "export onto its input changed it"
 
-echo "== check -F repairs a BAT entry past EOF, and the result is consistent"
+echo "== check -r repairs a BAT entry past EOF, and the result is consistent"
 d=$(fresh repair)
 $TOOL bat-set "$d/root.hds" 2 100000
-out=$($PLOOP check -F "$d") || fail "check -F did not repair: $out"
-grep -qi repaired <<<"$out" || fail "check -F said nothing about a repair: $out"
+out=$($PLOOP check -r "$d") || fail "check -r did not repair: $out"
+grep -qi repaired <<<"$out" || fail "check -r said nothing about a repair: $out"
 $PLOOP check -f "$d" | grep -q clean || fail "not clean after repair"
 qemu-img check -f parallels "$d/root.hds" >/dev/null || fail "qemu-img check after repair"
 $PLOOP export -o "$TMP/rep.raw" "$d" >/dev/null
@@ -151,6 +151,6 @@ rm -f "$TMP/rep.raw"
 echo "== lost clusters are reported but are not corruption"
 d=$(fresh lost)
 $TOOL bat-set "$d/root.hds" 6 0
-out=$($PLOOP check -f -r "$d/root.hds") || fail "lost cluster treated as corruption: $out"
+out=$($PLOOP check -f --ro "$d/root.hds") || fail "lost cluster treated as corruption: $out"
 grep -qi lost <<<"$out" || fail "lost cluster not reported: $out"
 echo "ploop-bad-input: ok"

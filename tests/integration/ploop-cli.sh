@@ -49,7 +49,7 @@ exit_code 2 $PLOOP snapshot-merge -A -u 5fbaabe3-6958-40ff-92a7-860e329aab41 "$T
 exit_code 2 $PLOOP convert "$TMP"
 exit_code 2 $PLOOP convert -v 1 -f raw "$TMP"
 exit_code 2 $PLOOP export "$TMP"
-exit_code 2 $PLOOP check -r -F "$TMP"
+exit_code 2 $PLOOP check --ro -F "$TMP"
 exit_code 2 $PLOOP snapshot-list -o uuid,colour "$TMP"
 exit_code 2 $PLOOP mount -t ext4 "$TMP"
 exit_code 2 $PLOOP umount -d /dev/loop0 -m /mnt

@@ -84,7 +84,7 @@ cmp -i $((64 << 20)):0 -n $((16 << 20)) "$TMP/big.raw" /dev/zero || fail "bigger
 
 # --- qemu -> ours: an image qemu-img made, as a bare delta and as a disk
 qemu-img convert -f raw -O parallels "$TMP/src2.raw" "$TMP/q.hds"
-$PLOOP check -f -r "$TMP/q.hds" >/dev/null || fail "our check rejects qemu's image"
+$PLOOP check -f --ro "$TMP/q.hds" >/dev/null || fail "our check rejects qemu's image"
 $PLOOP info --json "$TMP/q.hds" >"$TMP/qi.json"
 [[ $(json_field "$TMP/qi.json" virtual_size) -eq $((64 << 20)) ]] || fail "info of qemu's image"
 before=$(sum "$TMP/q.hds")

@@ -104,7 +104,7 @@ static int run_check(int argc, char **argv)
 {
   static const struct option longopts[] = {
       {"force", no_argument, NULL, 'f'},     {"hard-force", no_argument, NULL, 'F'},
-      {"repair", no_argument, NULL, 'F'},    {"ro", no_argument, NULL, 'r'},
+      {"repair", no_argument, NULL, 'r'},    {"ro", no_argument, NULL, 'R'},
       {"check", no_argument, NULL, 'c'},     {"silent", no_argument, NULL, 's'},
       {0},
   };
@@ -117,9 +117,10 @@ static int run_check(int argc, char **argv)
       flags |= PLOOP_CHECK_FORCE;
       break;
     case 'F':
+    case 'r':
       flags |= PLOOP_CHECK_FORCE | PLOOP_CHECK_REPAIR;
       break;
-    case 'r':
+    case 'R':
       flags |= PLOOP_CHECK_READONLY;
       break;
     case 'c':
@@ -134,7 +135,7 @@ static int run_check(int argc, char **argv)
     }
   }
   if ((flags & PLOOP_CHECK_READONLY) && (flags & PLOOP_CHECK_REPAIR))
-    return cli_usage_error("-r (read-only) and -F (repair) exclude each other");
+    return cli_usage_error("--ro (read-only) and -r/-F (repair) exclude each other");
   if (!cli_positional(argc, argv, 1, "DISK or DELTA"))
     return EXIT_USAGE;
   const char *path = argv[optind];
@@ -148,16 +149,17 @@ static int run_check(int argc, char **argv)
 const struct cli_verb verb_check = {
     .name = "check",
     .run = run_check,
-    .synopsis = "check [-f] [-F] [-r] [-c] [-s] DELTA|DISK",
-    .summary = "check (and with -F repair) a delta file or a whole disk",
+    .synopsis = "check [-f] [-r|-F] [--ro] [-c] [-s] DELTA|DISK",
+    .summary = "check (and with -r repair) a delta file or a whole disk",
     .details =
         "  -f, --force        check even if the image is not marked in use\n"
-        "  -F, --hard-force   -f and repair what can be repaired (also --repair):\n"
-        "                     bad BAT slots are cleared, the in-use mark dropped\n"
-        "  -r, --ro           read-only: never write to the image, not even the mark\n"
+        "  -r, --repair       repair what can be repaired: bad BAT slots are cleared,\n"
+        "                     an interrupted conversion undone, the in-use mark dropped\n"
+        "  -F, --hard-force   the same as -r (OpenVZ's spelling)\n"
+        "      --ro           read-only: never write to the image (the default)\n"
         "  -c, --check        look for clusters used twice (always done; accepted)\n"
         "  -s, --silent       print nothing when the image is clean\n"
-        "Without -F only the in-use mark of an otherwise clean image is cleared.\n"
+        "Without -r nothing on disk changes.\n"
         "Each problem is printed on its own line to stdout.  Unreferenced (lost)\n"
         "clusters are reported but are not corruption.  Exit 0: clean or\n"
         "repaired; exit 3: problems remain.\n",
