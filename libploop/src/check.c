@@ -131,9 +131,17 @@ int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_repor
     uint64_t c = h.ext_offset * 512 / cb;
     seen[c / 64] |= 1ull << (c % 64);
   }
-  for (uint64_t c = first; c < file_size / cb; c++)
-    if (!(seen[c / 64] & (1ull << (c % 64))))
+  /* An unreferenced cluster whose blocks were punched out (a discard) costs
+   * no space: only one still holding data is lost space. */
+  for (uint64_t c = first; c < file_size / cb; c++) {
+    if (seen[c / 64] & (1ull << (c % 64)))
+      continue;
+    off_t data = lseek(fd, (off_t)(c * cb), SEEK_DATA);
+    if (data >= 0 && (uint64_t)data < (c + 1) * cb)
       r->clusters_lost++;
+    else if (data < 0 && errno != ENXIO)
+      r->clusters_lost++; /* cannot tell: count it */
+  }
   r->file_size_unaligned = file_size % cb != 0;
   r->in_use = h.in_use == PLOOP_IN_USE;
   bool convert = h.flags & PLOOP_CIF_FMT_CONVERT;

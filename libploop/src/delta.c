@@ -9,26 +9,35 @@
 
 #include "internal.h"
 
-void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors)
+void ploop_chs(uint64_t size_sectors, uint32_t *cylinders, uint32_t *heads, uint32_t *sectors)
 {
   /* Legacy CHS, by ploop's rule: 16 heads x 63 sectors inside the ATA
    * range, otherwise the first (sectors, heads) pair that divides evenly. */
-  static const uint32_t spts[] = {63, 32, 16, 8}, heads[] = {16, 8, 4, 2};
+  static const uint32_t spts[] = {63, 32, 16, 8}, hds[] = {16, 8, 4, 2};
   uint64_t cyl = size_sectors;
-  h->heads = 1;
+  *heads = 1;
+  *sectors = 1;
   if (size_sectors > 1032192 && size_sectors < 16777216) {
-    h->heads = 16;
+    *heads = 16;
+    *sectors = 63;
     cyl = size_sectors / (16 * 63);
   } else {
-    for (unsigned i = 0; i < 4 && h->heads == 1; i++)
+    for (unsigned i = 0; i < 4 && *heads == 1; i++)
       for (unsigned j = 0; j < 4; j++)
-        if (size_sectors % ((uint64_t)spts[i] * heads[j]) == 0) {
-          h->heads = heads[j];
-          cyl = size_sectors / ((uint64_t)spts[i] * heads[j]);
+        if (size_sectors % ((uint64_t)spts[i] * hds[j]) == 0) {
+          *heads = hds[j];
+          *sectors = spts[i];
+          cyl = size_sectors / ((uint64_t)spts[i] * hds[j]);
           break;
         }
   }
-  h->cylinders = cyl > UINT32_MAX ? UINT32_MAX : (uint32_t)cyl;
+  *cylinders = cyl > UINT32_MAX ? UINT32_MAX : (uint32_t)cyl;
+}
+
+void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors)
+{
+  uint32_t spt; /* not stored: that header slot carries the cluster size */
+  ploop_chs(size_sectors, &h->cylinders, &h->heads, &spt);
 }
 
 static int validate_create_params(const char *path, const struct ploop_delta_create_params *p,

@@ -78,9 +78,7 @@ struct ploop_descriptor *descriptor_new(const char *dir, uint64_t size_sectors, 
   }
   d->size_sectors = size_sectors;
   d->cluster_sectors = cluster_sectors;
-  d->heads = 16;
-  d->sectors = 63;
-  d->cylinders = (uint32_t)min_u64(size_sectors / (16 * 63), UINT32_MAX);
+  ploop_chs(size_sectors, &d->cylinders, &d->heads, &d->sectors);
   snprintf(d->top_guid, sizeof d->top_guid, "%s", PLOOP_TOP_GUID);
   return d;
 }

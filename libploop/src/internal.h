@@ -126,6 +126,8 @@ int delta_create_file_nosync(const char *path, const struct ploop_delta_create_p
 /* delta_open flag: the file was just created by delta_create_file(in_use=true). */
 #define DELTA_OPEN_FRESH (1u << 16)
 void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors);
+/* ploop's legacy CHS geometry for a size, shared by header and descriptor. */
+void ploop_chs(uint64_t size_sectors, uint32_t *cylinders, uint32_t *heads, uint32_t *sectors);
 
 /* ---- locking (lock.c) ---- */
 /* Locks of a disk directory (lock.c); each returns an fd to close for

@@ -170,7 +170,7 @@ int ploop_disk_resize(struct ploop_disk *disk, uint64_t new_bytes, unsigned flag
   if (!nd)
     goto out;
   nd->size_sectors = sectors;
-  nd->cylinders = (uint32_t)min_u64(sectors / (16 * 63), UINT32_MAX);
+  ploop_chs(sectors, &nd->cylinders, &nd->heads, &nd->sectors);
   if (ploop_descriptor_save(nd) < 0)
     goto out;
   ploop_descriptor_free(disk->desc);

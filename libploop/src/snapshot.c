@@ -247,6 +247,7 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid)
     goto out;
   descriptor_remove_image(d, PLOOP_TOP_GUID);
   d->size_sectors = snap->h.size_sectors;
+  ploop_chs(d->size_sectors, &d->cylinders, &d->heads, &d->sectors);
   if (descriptor_add_image(d, PLOOP_TOP_GUID, file, g) < 0 || ploop_descriptor_save(d) < 0) {
     unlink(path);
     goto out;
