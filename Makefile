@@ -136,6 +136,7 @@ install: all
 	ln -sf libploop.so.0 $(DESTDIR)$(PREFIX)/lib/libploop.so
 	install -m 644 libploop/include/libploop.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/lib/libploop.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 755 scripts/mount.ploop scripts/umount.ploop $(DESTDIR)$(PREFIX)/sbin/
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
