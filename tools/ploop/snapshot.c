@@ -61,7 +61,8 @@ static int run_snapshot(int argc, char **argv)
   return EXIT_OK;
 }
 
-static int run_snapshot_delete(int argc, char **argv)
+/* snapshot-delete and snapshot-switch: -u UUID DISK, one library call. */
+static int run_uuid_verb(int argc, char **argv, int (*op)(const char *, const char *))
 {
   char uuid[PLOOP_UUID_LEN + 1];
   bool have;
@@ -69,22 +70,19 @@ static int run_snapshot_delete(int argc, char **argv)
   int rc = parse_uuid_disk(argc, argv, true, uuid, &have, &disk);
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
-  if (ploop_snapshot_delete(disk, uuid) < 0)
+  if (op(disk, uuid) < 0)
     return cli_lib_error();
   return EXIT_OK;
 }
 
+static int run_snapshot_delete(int argc, char **argv)
+{
+  return run_uuid_verb(argc, argv, ploop_snapshot_delete);
+}
+
 static int run_snapshot_switch(int argc, char **argv)
 {
-  char uuid[PLOOP_UUID_LEN + 1];
-  bool have;
-  const char *disk = NULL;
-  int rc = parse_uuid_disk(argc, argv, true, uuid, &have, &disk);
-  if (rc)
-    return rc < 0 ? EXIT_OK : rc;
-  if (ploop_snapshot_switch(disk, uuid) < 0)
-    return cli_lib_error();
-  return EXIT_OK;
+  return run_uuid_verb(argc, argv, ploop_snapshot_switch);
 }
 
 static int run_snapshot_merge(int argc, char **argv)
