@@ -2,11 +2,12 @@
 # Installs every Debian package the build, tests, demo and benchmarks need.
 # Idempotent: does nothing when all are present. Needs root (apt-get).
 set -euo pipefail
+# nbdfuse comes with libnbd-bin on Debian 12.
 pkgs=(
   build-essential pkg-config
   libaio-dev zlib1g-dev libxxhash-dev libblkid-dev libext2fs-dev libxml2-dev uuid-dev
   libcriterion-dev libfuse3-dev fuse3 libnbd-dev
-  qemu-utils libnbd-bin nbdkit nbdfuse fio e2fsprogs xfsprogs util-linux
+  qemu-utils libnbd-bin nbdkit fio e2fsprogs xfsprogs util-linux
   busybox-static runc bubblewrap iproute2 python3 kmod
 )
 missing=()
