@@ -23,15 +23,6 @@ static unsigned batch_clusters(uint64_t cb)
   return n < 1 ? 1 : n > COPY_MAX_BATCH ? COPY_MAX_BATCH : (unsigned)n;
 }
 
-/* Opens a file for bulk I/O, with O_DIRECT where the filesystem allows it. */
-static int open_bulk(const char *path, int flags, mode_t mode)
-{
-  int fd = open(path, flags | O_DIRECT | O_CLOEXEC, mode);
-  if (fd < 0 && errno == EINVAL)
-    fd = open(path, flags | O_CLOEXEC, mode);
-  return fd;
-}
-
 /* Makes room for COUNT new clusters at OFF before they are written: the file
  * is extended with ftruncate so the direct writes fill space inside i_size
  * (an extending direct write is serialised by the filesystem, and writing
@@ -71,7 +62,10 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
     ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: export writes a regular file", dst);
     goto out;
   }
-  fd = open_bulk(dst, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  /* The output is a new file nobody reads back through us: writing it
+   * through the page cache lets writeback stream it, and the fsync below
+   * makes it durable before we return. The image side stays O_DIRECT. */
+  fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     ploop_error_os(dst, "create");
     goto out;
@@ -158,7 +152,9 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
                      struct ploop_copy_stats *stats)
 {
   struct ploop_copy_stats st = {0};
-  int sfd = open_bulk(src, O_RDONLY, 0);
+  /* The source is the user's raw file, read once front to back: the page
+   * cache's readahead streams it best. The image side stays O_DIRECT. */
+  int sfd = open(src, O_RDONLY | O_CLOEXEC);
   if (sfd < 0)
     return ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s", src,
                        strerror(errno));
