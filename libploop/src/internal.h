@@ -120,7 +120,7 @@ int delta_seal_begin(struct ploop_delta *d);
 uint64_t delta_count_allocated(const struct ploop_delta *d);
 /* A new delta file, durable; IN_USE: created already marked (for a new top). */
 int delta_create_file(const char *path, const struct ploop_delta_create_params *p, bool in_use);
-/* The same, left unsynced: *FD is the open file, for the caller to sync (aio_sync_all). */
+/* The same, left unsynced: *FD is the open file, for the caller to sync (sync_all). */
 int delta_create_file_nosync(const char *path, const struct ploop_delta_create_params *p, bool in_use,
                              int *fd);
 /* delta_open flag: the file was just created by delta_create_file(in_use=true). */

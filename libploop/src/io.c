@@ -1,5 +1,7 @@
-/* libaio batches: queue, submit once, wait for all. */
+/* libaio batches: queue, submit once, wait for all; and parallel syncs. */
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "io.h"
@@ -96,27 +98,41 @@ int aio_run(struct ploop_aio *a)
   return err;
 }
 
-int aio_sync_all(const int *fds, const char *const *paths, unsigned n)
+struct sync_job {
+  int fd;
+  int err;
+};
+
+static void *sync_thread(void *arg)
 {
-  struct ploop_aio a;
-  int rc = -1;
-  if (aio_init(&a, n) == 0) {
-    for (unsigned i = 0; i < n; i++) {
-      io_prep_fdsync(&a.cbs[i], fds[i]);
-      a.cbs[i].data = (void *)(uintptr_t)i;
-      a.ptrs[i] = &a.cbs[i];
-      a.paths[i] = paths[i];
-    }
-    a.n = n;
-    rc = aio_run(&a);
-    aio_destroy(&a);
+  struct sync_job *j = arg;
+  j->err = fdatasync(j->fd) < 0 ? errno : 0;
+  return NULL;
+}
+
+int sync_all(const int *fds, const char *const *paths, unsigned n)
+{
+  /* One thread per extra file, so the syncs' latencies overlap. (libaio's
+   * IOCB_CMD_FDSYNC would do the same, but io_destroy waits for an RCU
+   * grace period: ~40 ms, four times what the syncs themselves cost.) */
+  struct sync_job jobs[8];
+  pthread_t tids[8];
+  bool started[8] = {false};
+  if (n > 8)
+    n = 8;
+  for (unsigned i = 0; i < n; i++) {
+    jobs[i] = (struct sync_job){.fd = fds[i]};
+    if (i > 0 && pthread_create(&tids[i], NULL, sync_thread, &jobs[i]) == 0)
+      started[i] = true;
   }
-  if (rc == 0)
-    return 0;
-  if (ploop_get_errno() != EINVAL && ploop_get_errno() != EOPNOTSUPP && ploop_get_errno() != ENOSYS)
-    return -1;
   for (unsigned i = 0; i < n; i++)
-    if (fdatasync(fds[i]) < 0)
-      return ploop_error_os(paths[i], "fdatasync");
+    if (!started[i])
+      sync_thread(&jobs[i]);
+  for (unsigned i = 1; i < n; i++)
+    if (started[i])
+      pthread_join(tids[i], NULL);
+  for (unsigned i = 0; i < n; i++)
+    if (jobs[i].err)
+      return ploop_error(PLOOP_ERR_IO, jobs[i].err, "%s: fdatasync: %s", paths[i], strerror(jobs[i].err));
   return 0;
 }

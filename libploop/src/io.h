@@ -25,8 +25,7 @@ void aio_queue(struct ploop_aio *a, int fd, const char *path, void *buf, size_t 
  * zero-filled; short writes are errors. */
 int aio_run(struct ploop_aio *a);
 
-/* fdatasync every FD at once (IOCB_CMD_FDSYNC), so their latencies overlap;
- * falls back to one after another where the kernel cannot. */
-int aio_sync_all(const int *fds, const char *const *paths, unsigned n);
+/* fdatasync up to 8 FDs at once, so their latencies overlap. */
+int sync_all(const int *fds, const char *const *paths, unsigned n);
 
 #endif

@@ -82,7 +82,7 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
     goto fail_seal;
   int fds[3] = {top->fd, dfd, tfd};
   const char *paths[3] = {top->path, path, "DiskDescriptor.xml.tmp"};
-  if (aio_sync_all(fds, paths, 3) < 0)
+  if (sync_all(fds, paths, 3) < 0)
     goto fail_seal;
   if (descriptor_commit_tmp(nd, tfd, true) < 0) {
     tfd = -1;
@@ -162,7 +162,7 @@ int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out)
   /* Two syncs at once (the new delta, the descriptor), then the rename. */
   int fds[2] = {dfd, tfd};
   const char *paths[2] = {path, "DiskDescriptor.xml.tmp"};
-  int src = aio_sync_all(fds, paths, 2);
+  int src = sync_all(fds, paths, 2);
   close(dfd);
   if (src < 0) {
     descriptor_abort_tmp(d, tfd);
