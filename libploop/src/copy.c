@@ -106,6 +106,10 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
       }
     if (aio_run(&aio) < 0)
       goto out;
+    /* Start writeback of what was just written, so it overlaps the next
+     * reads instead of piling up for the final fsync. */
+    if (pending_n)
+      sync_file_range(fd, (off64_t)(pending_first * cb), (off64_t)pending_n * (off64_t)cb, SYNC_FILE_RANGE_WRITE);
     if (pending_n && progress)
       progress(opaque, min_u64((pending_first + pending_n) * cb, size), size);
     if (n == 0)
