@@ -405,13 +405,12 @@ int delta_seal_begin(struct ploop_delta *d)
   d->h.in_use = PLOOP_CLEAN_V20;
   d->h.ext_offset = 0;
   pthread_mutex_lock(&d->lock);
+  /* Any dirty page, page 0 included, holds entries whose data may not be
+   * durable yet: decide before the header marks page 0 dirty itself. */
+  bool bat_dirty = d->any_dirty;
   ploop_header_encode(&d->h, d->bat_raw);
   d->page_dirty[0] = 1; /* the clean mark goes out with the BAT pages */
   d->any_dirty = true;
-  size_t n = 0;
-  for (size_t i = 0; i < d->n_pages; i++)
-    n += d->page_dirty[i];
-  bool bat_dirty = n > 1 || d->page_dirty[0] == 0;
   pthread_mutex_unlock(&d->lock);
   /* BAT entries may point at data written since the last flush: that data
    * is made durable before any page is written (rule 1). When only the

@@ -8,6 +8,9 @@ only=${1:-}
 for t in *.sh; do
   case $t in run.sh | functions.sh) continue ;; esac
   [[ -n $only && $t != *$only* ]] && continue
+  if [[ -n ${EXCLUDE:-} && $t == *$EXCLUDE* ]]; then
+    skipped=$((skipped + 1)); echo "SKIP $t: excluded here (${EXCLUDE_WHY:-see README})"; continue
+  fi
   start=$(date +%s)
   log=$(mktemp)
   timeout -k 10 ${TEST_TIMEOUT:-600} bash "$t" >"$log" 2>&1
