@@ -302,3 +302,20 @@ void cli_json_string(FILE *f, const char *s)
   }
   fputc('"', f);
 }
+
+int cli_create_option(int opt, const char *arg, struct ploop_delta_create_params *p)
+{
+  uint64_t v;
+  if (opt == 'v') {
+    if (!cli_parse_uint("-v", arg, 1, 2, &v))
+      return EXIT_USAGE;
+    p->version = (int)v;
+    return 0;
+  }
+  if (!cli_parse_uint("-b", arg, PLOOP_MIN_CLUSTER_SECTORS, PLOOP_MAX_CLUSTER_SECTORS, &v))
+    return EXIT_USAGE;
+  if (v & (v - 1))
+    return cli_usage_error("-b: cluster size %s sectors is not a power of two", arg);
+  p->cluster_sectors = (uint32_t)v;
+  return 0;
+}

@@ -86,4 +86,8 @@ const char *cli_human_bytes(uint64_t bytes, char *buf, size_t len);
 /* Writes S as a JSON string literal (with quotes). */
 void cli_json_string(FILE *f, const char *s);
 
+/* -b CLUSTER_SECTORS and -v VERSION, shared by init and import: fills P.
+ * Returns 0, or the exit code of a usage error it has printed. */
+int cli_create_option(int opt, const char *arg, struct ploop_delta_create_params *p);
+
 #endif

@@ -20,7 +20,6 @@ static int run_init(int argc, char **argv)
   struct ploop_delta_create_params p = {0};
   bool have_size = false;
   const char *fstype = "none";
-  uint64_t v;
   int c;
   while ((c = cli_getopt(argc, argv, "s:b:v:t:f:", longopts)) != -1) {
     switch (c) {
@@ -32,17 +31,13 @@ static int run_init(int argc, char **argv)
       have_size = true;
       break;
     case 'b':
-      if (!cli_parse_uint("-b", optarg, PLOOP_MIN_CLUSTER_SECTORS, PLOOP_MAX_CLUSTER_SECTORS, &v))
-        return EXIT_USAGE;
-      if (v & (v - 1))
-        return cli_usage_error("-b: cluster size %s sectors is not a power of two", optarg);
-      p.cluster_sectors = (uint32_t)v;
-      break;
     case 'v':
-      if (!cli_parse_uint("-v", optarg, 1, 2, &v))
-        return EXIT_USAGE;
-      p.version = (int)v;
+    {
+      int opt_rc = cli_create_option(c, optarg, &p);
+      if (opt_rc)
+        return opt_rc;
       break;
+    }
     case 't':
       fstype = optarg;
       break;
