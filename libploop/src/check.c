@@ -161,8 +161,12 @@ int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_repor
   /* Repair: the BAT first (data already on disk), then the size, then
    * the header last, so the image opens only once everything is fixed. */
   if (bat_changed) {
-    if (ploop_pwrite_full(fd, bat, bat_bytes, 0, path) < 0 || fdatasync(fd) < 0)
+    if (ploop_pwrite_full(fd, bat, bat_bytes, 0, path) < 0)
       goto out;
+    if (fdatasync(fd) < 0) {
+      ploop_error_os(path, "fdatasync");
+      goto out;
+    }
   }
   if (r->file_size_unaligned && ftruncate(fd, (off_t)round_up(file_size, cb)) < 0) {
     ploop_error_os(path, "truncate");

@@ -25,6 +25,24 @@ static int fsync_parent(const char *path)
   return rc;
 }
 
+/* Is PATH's conversion mark set? 1 yes, 0 no, -1 error. */
+static int convert_marked(const char *path)
+{
+  int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0)
+    return ploop_error_os(path, "open");
+  uint8_t *page = ploop_aligned_alloc(PLOOP_ALIGN);
+  int rc = page && ploop_pread_full(fd, page, PLOOP_ALIGN, 0, path) == 0 ? 0 : -1;
+  if (rc == 0) {
+    struct ploop_header_host h;
+    ploop_header_decode(page, &h);
+    rc = h.version && (h.flags & PLOOP_CIF_FMT_CONVERT) ? 1 : 0;
+  }
+  free(page);
+  close(fd);
+  return rc;
+}
+
 int convert_restore_backup(const char *path)
 {
   char bp[4096];
@@ -32,14 +50,29 @@ int convert_restore_backup(const char *path)
   int bfd = open(bp, O_RDONLY | O_CLOEXEC);
   if (bfd < 0)
     return errno == ENOENT ? 0 : ploop_error_os(bp, "open");
+  /* The backup is durable before the image is marked, and the mark is
+   * cleared before the backup goes. So without the mark the image is
+   * whole (never touched, or converted to the end) and the backup is
+   * stale, possibly cut short by a crash before its fsync: remove it,
+   * never copy it back. */
+  int marked = convert_marked(path);
+  if (marked <= 0) {
+    close(bfd);
+    if (marked < 0)
+      return -1;
+    if (unlink(bp) < 0 && errno != ENOENT)
+      return ploop_error_os(bp, "remove stale conversion backup");
+    return fsync_parent(path) < 0 ? -1 : 1;
+  }
   off_t len = lseek(bfd, 0, SEEK_END);
   int rc = -1, fd = -1;
   uint8_t *buf = len > 0 ? ploop_aligned_alloc((size_t)len) : NULL;
-  if (!buf || len % PLOOP_ALIGN || ploop_pread_full(bfd, buf, (size_t)len, 0, bp) < 0) {
-    if (buf)
-      ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: unusable conversion backup", bp);
+  if (len <= 0 || len % PLOOP_ALIGN) {
+    ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: unusable conversion backup (%lld bytes)", bp, (long long)len);
     goto out;
   }
+  if (!buf || ploop_pread_full(bfd, buf, (size_t)len, 0, bp) < 0)
+    goto out;
   struct ploop_header_host h;
   ploop_header_decode(buf, &h);
   h.in_use = PLOOP_CLEAN_V20;
@@ -50,8 +83,12 @@ int convert_restore_backup(const char *path)
     ploop_error_os(path, "open");
     goto out;
   }
-  if (ploop_pwrite_full(fd, buf, (size_t)len, 0, path) < 0 || fdatasync(fd) < 0)
+  if (ploop_pwrite_full(fd, buf, (size_t)len, 0, path) < 0)
     goto out;
+  if (fdatasync(fd) < 0) {
+    ploop_error_os(path, "fdatasync");
+    goto out;
+  }
   if (unlink(bp) < 0 || fsync_parent(path) < 0)
     goto out;
   rc = 1;
@@ -104,7 +141,8 @@ static int convert_delta_version(const char *path, int version)
     ploop_error_os(bp, "create");
     goto out;
   }
-  if (ploop_pwrite_full(bfd, d->bat_raw, d->bat_bytes, 0, bp) < 0 || fsync(bfd) < 0) {
+  if (ploop_pwrite_full(bfd, d->bat_raw, d->bat_bytes, 0, bp) < 0 ||
+      (fsync(bfd) < 0 && ploop_error_os(bp, "fsync") < 0)) {
     close(bfd);
     goto out;
   }
@@ -122,7 +160,8 @@ static int convert_delta_version(const char *path, int version)
   }
   d->h.version = version;
   ploop_header_encode(&d->h, d->bat_raw);
-  if (ploop_pwrite_full(d->fd, d->bat_raw, d->bat_bytes, 0, path) < 0 || fdatasync(d->fd) < 0)
+  if (ploop_pwrite_full(d->fd, d->bat_raw, d->bat_bytes, 0, path) < 0 ||
+      (fdatasync(d->fd) < 0 && ploop_error_os(path, "fdatasync") < 0))
     goto out;
   d->h.flags &= ~PLOOP_CIF_FMT_CONVERT;
   if (delta_write_header(d) < 0)

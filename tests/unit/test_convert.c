@@ -103,6 +103,43 @@ Test(convert, interrupted_conversion_is_refused_then_restored_by_check)
   assert_disk_matches_model("after restoring the BAT backup");
 }
 
+Test(convert, stale_backup_without_the_mark_is_removed_not_restored)
+{
+  /* A crash before the backup's fsync can leave it empty or cut short; the
+   * image was never marked, so it is whole and the backup must not be
+   * copied back over it. */
+  make_filled_disk();
+  const char *p = tpath("root.hds");
+  static uint8_t before[CL], after[CL];
+  raw_pread(p, before, CL, 0);
+  for (int partial = 0; partial < 2; partial++) {
+    write_text(tpath("root.hds.convert-backup"), "");
+    if (partial) { /* a BAT page of zeros: restoring it would lose every cluster */
+      static uint8_t zeros[4096];
+      raw_pwrite(tpath("root.hds.convert-backup"), zeros, sizeof zeros, 0);
+    }
+    char msg[4096] = "";
+    int rc = ploop_disk_check(test_dir, PLOOP_CHECK_REPAIR | PLOOP_CHECK_FORCE, msg, sizeof msg);
+    cr_assert_eq(rc, 0, "check -F: rc %d: %s / %s", rc, msg, ploop_get_error());
+    cr_assert(!file_exists(tpath("root.hds.convert-backup")), "stale backup left behind");
+    raw_pread(p, after, CL, 0);
+    cr_assert_arr_eq(before, after, CL, "the header and BAT must not change");
+    assert_disk_matches_model("after removing a stale backup");
+  }
+}
+
+Test(convert, marked_image_with_an_empty_backup_is_a_clear_error)
+{
+  make_filled_disk();
+  const char *p = tpath("root.hds");
+  write_text(tpath("root.hds.convert-backup"), "");
+  raw_put_le32(p, 52, raw_le32(p, 52) | 2);
+  char msg[4096] = "";
+  cr_assert_eq(ploop_disk_check(test_dir, PLOOP_CHECK_REPAIR | PLOOP_CHECK_FORCE, msg, sizeof msg), -1);
+  cr_assert(strstr(ploop_get_error(), "unusable conversion backup"), "error: %s", ploop_get_error());
+  cr_assert(file_exists(tpath("root.hds.convert-backup")), "the evidence must stay");
+}
+
 Test(convert, to_raw_and_back)
 {
   make_filled_disk();
