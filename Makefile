@@ -75,7 +75,7 @@ $(BUILD)/bin/ploop: $(call obj,$(PLOOP_SRC)) $(CLIENT_A) $(LIB_A)
 $(BUILD)/bin/ploop-nbd: $(call obj,$(NBD_SRC)) $(CLIENT_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) $(shell pkg-config --libs fuse3 2>/dev/null) -lblkid
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -luring -lblkid
 
 $(BUILD)/bin/ploop-container: $(call obj,$(CT_SRC)) $(CLIENT_A) $(LIB_A)
 	@mkdir -p $(dir $@)

@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(
   build-essential pkg-config
   libaio-dev zlib1g-dev libxxhash-dev libblkid-dev libext2fs-dev libxml2-dev uuid-dev
-  libcriterion-dev libfuse3-dev fuse3 libnbd-dev
+  libcriterion-dev libfuse3-dev fuse3 libnbd-dev liburing-dev
   qemu-utils libnbd-bin nbdkit fio e2fsprogs xfsprogs util-linux
   busybox-static runc bubblewrap iproute2 python3 kmod
 )

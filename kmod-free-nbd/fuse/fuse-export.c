@@ -1,85 +1,38 @@
-/* The FUSE export: one regular file whose bytes are an open ploop disk,
- * served with libfuse3's low-level API on a pool of threads, so that a loop
- * device (direct I/O) can attach the disk on a kernel with no ploop module. */
-#define FUSE_USE_VERSION 314
+/* The FUSE export: one regular file whose bytes are an open ploop disk, so
+ * that a loop device (direct I/O) can attach the disk on a kernel with no
+ * ploop module.  The requests come from our own session (fuse-session.c). */
 #include "fuse-export.h"
+#include "fuse-session.h"
 /* ploop_set_error(): our failures are reported the libploop way (see
  * /work/api-requests.md: a public setter is requested). */
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <fuse_lowlevel.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/uio.h>
-#include <sys/vfs.h>
-#include <stdint.h>
-#include <sys/sysmacros.h>
 #include <time.h>
-#include <unistd.h>
-
-/* Open reply flags of the kernel ABI (linux/fuse.h). */
-#define FOPEN_DIRECT_IO (1u << 0)
-#define FOPEN_NOFLUSH (1u << 5)
-#define FOPEN_PARALLEL_DIRECT_WRITES (1u << 6)
 
 #define ROOT_INO FUSE_ROOT_ID
 #define FILE_INO 2
-/* The largest request the kernel may send (fs.fuse.max_pages_limit is 256
- * pages by default) and the size of each worker's aligned bounce buffer. */
-#define IO_MAX (1u << 20)
-#define IO_ALIGN 4096
 /* Attributes only change through us (resize), and we invalidate them then,
  * so the kernel may cache them for long and skip GETATTR round trips. */
-#define ATTR_TIMEOUT 3600.0
-/* Enough workers for a queue depth of 32 on the loop device plus flushes. */
-#define MAX_THREADS 48
+#define ATTR_TIMEOUT 3600
 
 struct ploop_fuse_export {
   struct ploop_disk *disk;
-  struct fuse_session *se;
+  struct fs_session *session;
   char *mountpoint;
   char *file_name;
   bool readonly;
   _Atomic uint64_t size;
-  dev_t dev;  /* of the mounted root: its minor names /sys/fs/fuse/connections/N */
-  int root_fd; /* O_PATH on the mounted root: reaches the connection after a detach */
-  pthread_t thread;
-  bool thread_started;
-  _Atomic bool loop_done;
-  pthread_mutex_t done_lock;
-  pthread_cond_t done_cond;
-  time_t start_time;
+  uint64_t start_time;
 };
-
-/* Each worker keeps one aligned buffer for the life of the thread: libploop's
- * fast path wants 4 KiB-aligned memory and libfuse's request buffer is not. */
-static pthread_key_t bounce_key;
-static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
-
-static void bounce_key_init(void) { pthread_key_create(&bounce_key, free); }
-
-static void *bounce_buffer(void)
-{
-  pthread_once(&bounce_once, bounce_key_init);
-  void *b = pthread_getspecific(bounce_key);
-  if (b)
-    return b;
-  if (posix_memalign(&b, IO_ALIGN, IO_MAX) != 0)
-    return NULL;
-  pthread_setspecific(bounce_key, b);
-  return b;
-}
-
-static struct ploop_fuse_export *fx_of(fuse_req_t req) { return fuse_req_userdata(req); }
 
 /* libploop keeps its errno per thread; fall back to EIO when it has none. */
 static int disk_errno(void)
@@ -88,336 +41,260 @@ static int disk_errno(void)
   return e > 0 ? e : EIO;
 }
 
-static void fill_attr(struct ploop_fuse_export *fx, fuse_ino_t ino, struct stat *st)
+static void fill_attr(struct ploop_fuse_export *fx, uint64_t ino, struct fuse_attr *a)
 {
-  memset(st, 0, sizeof(*st));
-  st->st_ino = ino;
-  st->st_uid = 0;
-  st->st_gid = 0;
-  st->st_atime = st->st_mtime = st->st_ctime = fx->start_time;
+  memset(a, 0, sizeof(*a));
+  a->ino = ino;
+  a->atime = a->mtime = a->ctime = fx->start_time;
   if (ino == ROOT_INO) {
-    st->st_mode = S_IFDIR | 0755;
-    st->st_nlink = 2;
+    a->mode = S_IFDIR | 0755;
+    a->nlink = 2;
   } else {
-    st->st_mode = S_IFREG | (fx->readonly ? 0444 : 0644);
-    st->st_nlink = 1;
-    st->st_size = (off_t)atomic_load(&fx->size);
-    st->st_blksize = IO_ALIGN;
-    st->st_blocks = st->st_size / 512;
+    a->mode = S_IFREG | (fx->readonly ? 0444 : 0644);
+    a->nlink = 1;
+    a->size = atomic_load(&fx->size);
+    a->blksize = FS_IO_ALIGN;
+    a->blocks = a->size / 512;
   }
 }
 
-static void reply_attr(fuse_req_t req, fuse_ino_t ino)
+static void reply_attr(struct ploop_fuse_export *fx, struct fs_req *r, uint64_t ino)
 {
-  struct stat st;
   if (ino != ROOT_INO && ino != FILE_INO) {
-    fuse_reply_err(req, ENOENT);
+    fs_reply(r, ENOENT, NULL, 0);
     return;
   }
-  fill_attr(fx_of(req), ino, &st);
-  fuse_reply_attr(req, &st, ATTR_TIMEOUT);
+  struct fuse_attr_out out = {.attr_valid = ATTR_TIMEOUT};
+  fill_attr(fx, ino, &out.attr);
+  fs_reply(r, 0, &out, sizeof(out));
 }
 
-static void op_init(void *userdata, struct fuse_conn_info *conn)
+static void op_lookup(struct ploop_fuse_export *fx, struct fs_req *r)
 {
-  /* The loop device submits asynchronous direct I/O; without ASYNC_DIO the
-   * kernel would serialise it into one request at a time per file. */
-  if (conn->capable & FUSE_CAP_ASYNC_DIO)
-    conn->want |= FUSE_CAP_ASYNC_DIO;
-  conn->want &= ~(unsigned)(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA |
-                            FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
-  conn->max_write = IO_MAX;
-  conn->max_readahead = 0;
-  conn->max_background = 128;
-  conn->congestion_threshold = 96;
-}
-
-static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-  struct ploop_fuse_export *fx = fx_of(req);
-  if (parent != ROOT_INO || strcmp(name, fx->file_name) != 0) {
-    fuse_reply_err(req, ENOENT);
+  const char *name = r->data;
+  if (r->in->nodeid != ROOT_INO || r->data_len == 0 || name[r->data_len - 1] != '\0' ||
+      strcmp(name, fx->file_name) != 0) {
+    fs_reply(r, ENOENT, NULL, 0);
     return;
   }
-  struct fuse_entry_param e = {.ino = FILE_INO, .generation = 1,
-                               .attr_timeout = ATTR_TIMEOUT, .entry_timeout = ATTR_TIMEOUT};
+  struct fuse_entry_out e = {.nodeid = FILE_INO, .generation = 1, .entry_valid = ATTR_TIMEOUT,
+                             .attr_valid = ATTR_TIMEOUT};
   fill_attr(fx, FILE_INO, &e.attr);
-  fuse_reply_entry(req, &e);
-}
-
-static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-  reply_attr(req, ino);
+  fs_reply(r, 0, &e, sizeof(e));
 }
 
 /* The size of a disk changes only by resize, never by truncate; accept the
- * no-op forms (touch, O_TRUNC-less chmod by tools) and refuse the rest. */
-static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
-                       struct fuse_file_info *fi)
+ * no-op forms (touch, a truncate to the current size) and refuse the rest. */
+static void op_setattr(struct ploop_fuse_export *fx, struct fs_req *r)
 {
-  struct ploop_fuse_export *fx = fx_of(req);
-  if ((to_set & FUSE_SET_ATTR_SIZE) && (ino != FILE_INO ||
-                                        (uint64_t)attr->st_size != atomic_load(&fx->size))) {
-    fuse_reply_err(req, EPERM);
+  const struct fuse_setattr_in *in = r->arg;
+  if ((in->valid & FATTR_SIZE) && (r->in->nodeid != FILE_INO || in->size != atomic_load(&fx->size))) {
+    fs_reply(r, EPERM, NULL, 0);
     return;
   }
-  if (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
-    fuse_reply_err(req, EPERM);
+  if (in->valid & (FATTR_MODE | FATTR_UID | FATTR_GID)) {
+    fs_reply(r, EPERM, NULL, 0);
     return;
   }
-  reply_attr(req, ino);
+  reply_attr(fx, r, r->in->nodeid);
 }
 
-static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void op_open(struct ploop_fuse_export *fx, struct fs_req *r)
 {
-  struct ploop_fuse_export *fx = fx_of(req);
-  if (ino != FILE_INO) {
-    fuse_reply_err(req, EISDIR);
+  const struct fuse_open_in *in = r->arg;
+  if (r->in->nodeid != FILE_INO) {
+    fs_reply(r, EISDIR, NULL, 0);
     return;
   }
-  if (fx->readonly && (fi->flags & O_ACCMODE) != O_RDONLY) {
-    fuse_reply_err(req, EROFS);
+  if (fx->readonly && (in->flags & O_ACCMODE) != O_RDONLY) {
+    fs_reply(r, EROFS, NULL, 0);
     return;
   }
-  if (fi->flags & O_TRUNC) {
-    fuse_reply_err(req, EPERM);
+  if (in->flags & O_TRUNC) {
+    fs_reply(r, EPERM, NULL, 0);
     return;
   }
   /* The loop device above has its own cache (the filesystem's page cache);
-   * caching here too would hold every block twice.  libfuse 3.14 cannot say
-   * "parallel direct writes" (without it the kernel takes the inode lock
-   * exclusively for each write), so the reply is built by hand: it is the
-   * kernel's struct fuse_open_out. */
-  struct {
-    uint64_t fh;
-    uint32_t open_flags;
-    uint32_t padding;
-  } out = {.fh = 0, .open_flags = FOPEN_DIRECT_IO | FOPEN_NOFLUSH | FOPEN_PARALLEL_DIRECT_WRITES};
-  _Static_assert(sizeof(out) == 16, "struct fuse_open_out is 16 bytes");
-  struct iovec iov = {.iov_base = &out, .iov_len = sizeof(out)};
-  fuse_reply_iov(req, &iov, 1);
+   * caching here too would hold every block twice.  Parallel direct writes:
+   * without it the kernel takes the inode lock exclusively per write. */
+  struct fuse_open_out out = {.open_flags = FOPEN_DIRECT_IO | FOPEN_NOFLUSH |
+                                            FOPEN_PARALLEL_DIRECT_WRITES};
+  fs_reply(r, 0, &out, sizeof(out));
 }
 
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-                    struct fuse_file_info *fi)
+static void op_read(struct ploop_fuse_export *fx, struct fs_req *r)
 {
-  struct ploop_fuse_export *fx = fx_of(req);
+  const struct fuse_read_in *in = r->arg;
   uint64_t disk_size = atomic_load(&fx->size);
-  if (off < 0) {
-    fuse_reply_err(req, EINVAL);
+  uint64_t off = in->offset;
+  size_t size = in->size;
+  if (off >= disk_size) {
+    fs_reply(r, 0, NULL, 0);
     return;
   }
-  if ((uint64_t)off >= disk_size) {
-    fuse_reply_buf(req, NULL, 0);
+  if (size > disk_size - off)
+    size = disk_size - off;
+  if (size > FS_IO_MAX)
+    size = FS_IO_MAX;
+  /* r->out is aligned: libploop's O_DIRECT fast path reads straight into
+   * the buffer the reply goes out of. */
+  if (ploop_disk_pread(fx->disk, r->out, size, off) < 0) {
+    fs_reply(r, disk_errno(), NULL, 0);
     return;
   }
-  if (size > disk_size - (uint64_t)off)
-    size = disk_size - (uint64_t)off;
-  if (size > IO_MAX)
-    size = IO_MAX;
-  void *buf = bounce_buffer();
-  if (!buf) {
-    fuse_reply_err(req, ENOMEM);
-    return;
-  }
-  if (ploop_disk_pread(fx->disk, buf, size, (uint64_t)off) < 0) {
-    fuse_reply_err(req, disk_errno());
-    return;
-  }
-  fuse_reply_buf(req, buf, size);
+  fs_reply(r, 0, r->out, size);
 }
 
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
-                     struct fuse_file_info *fi)
+static void op_write(struct ploop_fuse_export *fx, struct fs_req *r)
 {
-  struct ploop_fuse_export *fx = fx_of(req);
+  const struct fuse_write_in *in = r->arg;
   uint64_t disk_size = atomic_load(&fx->size);
+  uint64_t off = in->offset;
+  size_t size = in->size;
   if (fx->readonly) {
-    fuse_reply_err(req, EROFS);
+    fs_reply(r, EROFS, NULL, 0);
     return;
   }
-  if (off < 0 || size > IO_MAX) {
-    fuse_reply_err(req, EINVAL);
+  if (size > FS_IO_MAX || size > r->data_len) {
+    fs_reply(r, EINVAL, NULL, 0);
     return;
   }
   /* A disk cannot grow by writing past its end (that is what resize is for). */
-  if ((uint64_t)off > disk_size || size > disk_size - (uint64_t)off) {
-    fuse_reply_err(req, ENOSPC);
+  if (off > disk_size || size > disk_size - off) {
+    fs_reply(r, ENOSPC, NULL, 0);
     return;
   }
-  void *buf = bounce_buffer();
-  if (!buf) {
-    fuse_reply_err(req, ENOMEM);
+  /* The data sits page-aligned on both transports: no bounce copy. */
+  unsigned flags = (in->flags & (O_SYNC | O_DSYNC)) ? PLOOP_WRITE_FUA : 0;
+  if (ploop_disk_pwrite(fx->disk, r->data, size, off, flags) < 0) {
+    fs_reply(r, disk_errno(), NULL, 0);
     return;
   }
-  memcpy(buf, data, size);
-  unsigned flags = (fi->flags & (O_SYNC | O_DSYNC)) ? PLOOP_WRITE_FUA : 0;
-  if (ploop_disk_pwrite(fx->disk, buf, size, (uint64_t)off, flags) < 0) {
-    fuse_reply_err(req, disk_errno());
-    return;
-  }
-  fuse_reply_write(req, size);
+  struct fuse_write_out out = {.size = (uint32_t)size};
+  fs_reply(r, 0, &out, sizeof(out));
 }
 
-static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void op_fsync(struct ploop_fuse_export *fx, struct fs_req *r)
 {
-  fuse_reply_err(req, 0);
-}
-
-static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
-{
-  struct ploop_fuse_export *fx = fx_of(req);
   if (!fx->readonly && ploop_disk_flush(fx->disk) < 0) {
-    fuse_reply_err(req, disk_errno());
+    fs_reply(r, disk_errno(), NULL, 0);
     return;
   }
-  fuse_reply_err(req, 0);
-}
-
-static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-  fuse_reply_err(req, 0);
+  fs_reply(r, 0, NULL, 0);
 }
 
 /* Discard (punch hole) frees clusters; zero range writes zeroes; plain
  * allocation inside the disk is a no-op since the size is fixed. */
-static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
-                         struct fuse_file_info *fi)
+static void op_fallocate(struct ploop_fuse_export *fx, struct fs_req *r)
 {
-  struct ploop_fuse_export *fx = fx_of(req);
+  const struct fuse_fallocate_in *in = r->arg;
   uint64_t disk_size = atomic_load(&fx->size);
+  uint64_t off = in->offset, len = in->length;
   if (fx->readonly) {
-    fuse_reply_err(req, EROFS);
+    fs_reply(r, EROFS, NULL, 0);
     return;
   }
-  if (off < 0 || len <= 0) {
-    fuse_reply_err(req, EINVAL);
+  if (len == 0 || off > INT64_MAX || len > INT64_MAX) {
+    fs_reply(r, EINVAL, NULL, 0);
     return;
   }
-  if ((uint64_t)off > disk_size || (uint64_t)len > disk_size - (uint64_t)off) {
+  if (off > disk_size || len > disk_size - off) {
     /* Ranges reaching past the end are clipped for hole/zero (as a file would
      * behave with KEEP_SIZE); growing is refused. */
-    if (!(mode & FALLOC_FL_KEEP_SIZE)) {
-      fuse_reply_err(req, EFBIG);
+    if (!(in->mode & FALLOC_FL_KEEP_SIZE)) {
+      fs_reply(r, EFBIG, NULL, 0);
       return;
     }
-    if ((uint64_t)off >= disk_size) {
-      fuse_reply_err(req, 0);
+    if (off >= disk_size) {
+      fs_reply(r, 0, NULL, 0);
       return;
     }
-    len = (off_t)(disk_size - (uint64_t)off);
+    len = disk_size - off;
   }
   int rc;
-  int rest = mode & ~FALLOC_FL_KEEP_SIZE;
+  uint32_t rest = in->mode & ~(uint32_t)FALLOC_FL_KEEP_SIZE;
   if (rest == FALLOC_FL_PUNCH_HOLE)
-    rc = ploop_disk_discard(fx->disk, (uint64_t)off, (uint64_t)len);
+    rc = ploop_disk_discard(fx->disk, off, len);
   else if (rest == FALLOC_FL_ZERO_RANGE)
-    rc = ploop_disk_write_zeroes(fx->disk, (uint64_t)off, (uint64_t)len, PLOOP_ZERO_NO_HOLE);
+    rc = ploop_disk_write_zeroes(fx->disk, off, len, PLOOP_ZERO_NO_HOLE);
   else if (rest == 0)
     rc = 0;
   else {
-    fuse_reply_err(req, EOPNOTSUPP);
+    fs_reply(r, EOPNOTSUPP, NULL, 0);
     return;
   }
-  fuse_reply_err(req, rc < 0 ? disk_errno() : 0);
+  fs_reply(r, rc < 0 ? disk_errno() : 0, NULL, 0);
 }
 
-static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void op_readdir(struct ploop_fuse_export *fx, struct fs_req *r)
 {
-  if (ino != ROOT_INO) {
-    fuse_reply_err(req, ENOTDIR);
-    return;
-  }
-  fuse_reply_open(req, fi);
-}
-
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-                       struct fuse_file_info *fi)
-{
-  struct ploop_fuse_export *fx = fx_of(req);
+  const struct fuse_read_in *in = r->arg;
   char buf[1024];
   size_t used = 0;
-  struct stat st = {.st_mode = S_IFDIR};
   const char *names[] = {".", "..", fx->file_name};
-  const fuse_ino_t inos[] = {ROOT_INO, ROOT_INO, FILE_INO};
-  for (off_t i = off; i < 3; i++) {
-    st.st_ino = inos[i];
-    st.st_mode = i == 2 ? S_IFREG : S_IFDIR;
-    size_t n = fuse_add_direntry(req, buf + used, sizeof(buf) - used, names[i], &st, i + 1);
-    if (n > sizeof(buf) - used || used + n > size)
+  const uint64_t inos[] = {ROOT_INO, ROOT_INO, FILE_INO};
+  for (uint64_t i = in->offset; i < 3; i++) {
+    size_t namelen = strlen(names[i]);
+    size_t n = FUSE_DIRENT_ALIGN(FUSE_NAME_OFFSET + namelen);
+    if (used + n > sizeof(buf) || used + n > in->size)
       break;
+    struct fuse_dirent *d = (void *)(buf + used);
+    memset(d, 0, n);
+    d->ino = inos[i];
+    d->off = i + 1;
+    d->namelen = (uint32_t)namelen;
+    d->type = i == 2 ? DT_REG : DT_DIR;
+    memcpy(d->name, names[i], namelen);
     used += n;
   }
-  fuse_reply_buf(req, buf, used);
+  fs_reply(r, 0, buf, used);
 }
 
-static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+static void op_statfs(struct ploop_fuse_export *fx, struct fs_req *r)
 {
-  struct ploop_fuse_export *fx = fx_of(req);
   /* Loop takes its discard granularity from f_bsize: keep it at the page
    * size so that the filesystem's small frees still reach the disk. */
-  struct statvfs sv = {.f_bsize = IO_ALIGN, .f_frsize = IO_ALIGN,
-                       .f_blocks = atomic_load(&fx->size) / IO_ALIGN,
-                       .f_files = 2, .f_namemax = NAME_MAX};
-  fuse_reply_statfs(req, &sv);
+  struct fuse_statfs_out out = {.st = {.bsize = FS_IO_ALIGN, .frsize = FS_IO_ALIGN,
+                                       .blocks = atomic_load(&fx->size) / FS_IO_ALIGN,
+                                       .files = 2, .namelen = NAME_MAX}};
+  fs_reply(r, 0, &out, sizeof(out));
 }
 
-static const struct fuse_lowlevel_ops export_ops = {
-    .init = op_init,
-    .lookup = op_lookup,
-    .getattr = op_getattr,
-    .setattr = op_setattr,
-    .open = op_open,
-    .read = op_read,
-    .write = op_write,
-    .flush = op_flush,
-    .fsync = op_fsync,
-    .release = op_release,
-    .fallocate = op_fallocate,
-    .opendir = op_opendir,
-    .readdir = op_readdir,
-    .statfs = op_statfs,
-};
-
-static void *loop_thread(void *arg)
+static void handle(void *opaque, struct fs_req *r)
 {
-  struct ploop_fuse_export *fx = arg;
-  struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-  if (cfg) {
-    /* Tunables for benchmarking on other hosts; the defaults were measured. */
-    const char *t = getenv("PLOOP_FUSE_THREADS");
-    unsigned threads = t ? (unsigned)atoi(t) : MAX_THREADS;
-    if (threads < 1 || threads > 256)
-      threads = MAX_THREADS;
-    const char *c = getenv("PLOOP_FUSE_CLONE_FD");
-    fuse_loop_cfg_set_clone_fd(cfg, c && *c == '1');
-    fuse_loop_cfg_set_max_threads(cfg, threads);
-    fuse_loop_cfg_set_idle_threads(cfg, threads);
+  struct ploop_fuse_export *fx = opaque;
+  uint64_t ino = r->in->nodeid;
+  switch (r->in->opcode) {
+  case FUSE_LOOKUP: op_lookup(fx, r); break;
+  case FUSE_GETATTR: reply_attr(fx, r, ino); break;
+  case FUSE_SETATTR: op_setattr(fx, r); break;
+  case FUSE_OPEN: op_open(fx, r); break;
+  case FUSE_READ: op_read(fx, r); break;
+  case FUSE_WRITE: op_write(fx, r); break;
+  case FUSE_FSYNC: op_fsync(fx, r); break;
+  case FUSE_FALLOCATE: op_fallocate(fx, r); break;
+  case FUSE_STATFS: op_statfs(fx, r); break;
+  case FUSE_FLUSH:
+  case FUSE_RELEASE:
+  case FUSE_RELEASEDIR:
+  case FUSE_FSYNCDIR: fs_reply(r, 0, NULL, 0); break;
+  case FUSE_OPENDIR: {
+    struct fuse_open_out out = {0};
+    if (ino != ROOT_INO)
+      fs_reply(r, ENOTDIR, NULL, 0);
+    else
+      fs_reply(r, 0, &out, sizeof(out));
+    break;
   }
-  fuse_session_loop_mt(fx->se, cfg);
-  if (cfg)
-    fuse_loop_cfg_destroy(cfg);
-  pthread_mutex_lock(&fx->done_lock);
-  atomic_store(&fx->loop_done, true);
-  pthread_cond_broadcast(&fx->done_cond);
-  pthread_mutex_unlock(&fx->done_lock);
-  return NULL;
-}
-
-/* libfuse logs to stderr by default; a daemon wants its messages silent
- * unless debugging, and our errors are returned, not printed. */
-static void quiet_log(enum fuse_log_level level, const char *fmt, va_list ap)
-{
-  if (level <= FUSE_LOG_ERR && getenv("PLOOP_FUSE_DEBUG"))
-    vfprintf(stderr, fmt, ap);
+  case FUSE_READDIR: op_readdir(fx, r); break;
+  default: fs_reply(r, ENOSYS, NULL, 0); break;
+  }
 }
 
 static void export_free(struct ploop_fuse_export *fx)
 {
   if (!fx)
     return;
-  pthread_mutex_destroy(&fx->done_lock);
-  pthread_cond_destroy(&fx->done_cond);
   free(fx->mountpoint);
   free(fx->file_name);
   free(fx);
@@ -426,7 +303,8 @@ static void export_free(struct ploop_fuse_export *fx)
 struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const char *mountpoint,
                                                   const char *file_name, bool readonly)
 {
-  if (!disk || !mountpoint || !file_name || !*file_name || strchr(file_name, '/')) {
+  if (!disk || !mountpoint || !file_name || !*file_name || strchr(file_name, '/') ||
+      strlen(file_name) > NAME_MAX) {
     ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "fuse export: a mount point and a plain file name are needed");
     return NULL;
   }
@@ -437,56 +315,27 @@ struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const
   }
   fx->disk = disk;
   fx->readonly = readonly || ploop_disk_readonly(disk);
-  fx->start_time = time(NULL);
+  fx->start_time = (uint64_t)time(NULL);
   atomic_store(&fx->size, ploop_disk_size(disk));
-  pthread_mutex_init(&fx->done_lock, NULL);
-  pthread_cond_init(&fx->done_cond, NULL);
   fx->mountpoint = strdup(mountpoint);
   fx->file_name = strdup(file_name);
+  /* The disk's directory as the mount source makes /proc/mounts say which
+   * disk a FUSE mount serves. */
+  const char *dir = ploop_disk_dir(disk);
+  char source[PATH_MAX + 8];
+  snprintf(source, sizeof(source), "ploop:%s", dir ? dir : "");
   if (!fx->mountpoint || !fx->file_name) {
     export_free(fx);
     ploop_set_error(PLOOP_ERR_GENERIC, ENOMEM, "fuse export: out of memory");
     return NULL;
   }
-  fuse_set_log_func(quiet_log);
-
-  /* The disk's directory as the mount source makes /proc/mounts say which
-   * disk a FUSE mount serves (commas would split the option list). */
-  const char *dir = ploop_disk_dir(disk);
-  char opts[PATH_MAX + 128];
-  snprintf(opts, sizeof(opts), "fsname=ploop:%s,subtype=ploop,default_permissions%s",
-           dir && !strchr(dir, ',') && !strchr(dir, '\\') ? dir : "", fx->readonly ? ",ro" : "");
-  char *argv[] = {"ploop-nbd", "-o", opts, NULL};
-  struct fuse_args args = FUSE_ARGS_INIT(3, argv);
-  fx->se = fuse_session_new(&args, &export_ops, sizeof(export_ops), fx);
-  fuse_opt_free_args(&args);
-  if (!fx->se) {
+  struct fs_session_params p = {.mountpoint = mountpoint, .source = source, .readonly = fx->readonly,
+                                .handler = handle, .opaque = fx};
+  fx->session = fs_session_start(&p);
+  if (!fx->session) {
     export_free(fx);
-    ploop_set_error(PLOOP_ERR_GENERIC, EIO, "fuse export: cannot start a FUSE session (is /dev/fuse there?)");
     return NULL;
   }
-  errno = 0;
-  if (fuse_session_mount(fx->se, mountpoint) != 0) {
-    int e = errno ? errno : EIO;
-    fuse_session_destroy(fx->se);
-    export_free(fx);
-    ploop_set_error(PLOOP_ERR_IO, e, "fuse export: mount on %s: %s", mountpoint, strerror(e));
-    return NULL;
-  }
-  int e = pthread_create(&fx->thread, NULL, loop_thread, fx);
-  if (e != 0) {
-    fuse_session_unmount(fx->se);
-    fuse_session_destroy(fx->se);
-    export_free(fx);
-    ploop_set_error(PLOOP_ERR_GENERIC, e, "fuse export: start thread: %s", strerror(e));
-    return NULL;
-  }
-  fx->thread_started = true;
-  /* The stat answers once INIT is done, so callers can open the file at once. */
-  struct stat st;
-  if (stat(mountpoint, &st) == 0)
-    fx->dev = st.st_dev;
-  fx->root_fd = open(mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
   return fx;
 }
 
@@ -497,87 +346,17 @@ void ploop_fuse_export_resized(struct ploop_fuse_export *fx)
   atomic_store(&fx->size, ploop_disk_size(fx->disk));
   /* Drop the kernel's cached attributes, then look once so the inode's size
    * (which LOOP_SET_CAPACITY reads) is current before anyone asks. */
-  fuse_lowlevel_notify_inval_inode(fx->se, FILE_INO, 0, 0);
+  fs_session_inval_inode(fx->session, FILE_INO);
   char path[PATH_MAX];
   struct stat st;
   if (snprintf(path, sizeof(path), "%s/%s", fx->mountpoint, fx->file_name) < (int)sizeof(path))
     (void)stat(path, &st);
 }
 
-static bool wait_loop_done(struct ploop_fuse_export *fx, int seconds)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += seconds;
-  pthread_mutex_lock(&fx->done_lock);
-  while (!atomic_load(&fx->loop_done)) {
-    if (pthread_cond_timedwait(&fx->done_cond, &fx->done_lock, &ts) == ETIMEDOUT)
-      break;
-  }
-  bool done = atomic_load(&fx->loop_done);
-  pthread_mutex_unlock(&fx->done_lock);
-  return done;
-}
-
-/* Writing to the connection's abort file fails every pending and future
- * request; used when a user (a loop device) still holds the file. */
-static void abort_connection(struct ploop_fuse_export *fx)
-{
-  char path[128];
-  snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", minor(fx->dev));
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)!write(fd, "1", 1);
-    close(fd);
-  }
-}
-
-/* A STATFS to our own filesystem wakes one worker blocked reading
- * /dev/fuse; once it has answered it sees the session exited and the loop
- * winds down.  On its own thread: it may block until the fd is closed. */
-static void *poke_thread(void *arg)
-{
-  int fd = (int)(intptr_t)arg;
-  struct statfs sf;
-  (void)fstatfs(fd, &sf);
-  close(fd);
-  return NULL;
-}
-
 void ploop_fuse_export_stop(struct ploop_fuse_export *fx)
 {
   if (!fx)
     return;
-  bool joined = !fx->thread_started;
-  if (fx->thread_started) {
-    fuse_session_exit(fx->se);
-    for (int attempt = 0; attempt < 3 && !atomic_load(&fx->loop_done); attempt++) {
-      int fd = fx->root_fd >= 0 ? fcntl(fx->root_fd, F_DUPFD_CLOEXEC, 0) : -1;
-      pthread_t t;
-      if (fd >= 0 && pthread_create(&t, NULL, poke_thread, (void *)(intptr_t)fd) == 0)
-        pthread_detach(t);
-      else if (fd >= 0)
-        close(fd);
-      if (wait_loop_done(fx, 5))
-        break;
-      abort_connection(fx);
-    }
-    if (atomic_load(&fx->loop_done)) {
-      pthread_join(fx->thread, NULL);
-      joined = true;
-    } else {
-      pthread_detach(fx->thread); /* stuck in the kernel: the process exit ends it */
-    }
-  }
-  if (fx->root_fd >= 0)
-    close(fx->root_fd);
-  /* Closes the device fd (requests still queued fail: a loop device left
-   * bound gets I/O errors) and unmounts; libfuse skips the unmount when the
-   * connection was aborted, so detach once more (EINVAL when already gone). */
-  fuse_session_unmount(fx->se);
-  umount2(fx->mountpoint, MNT_DETACH);
-  if (joined) {
-    fuse_session_destroy(fx->se);
-    export_free(fx);
-  }
+  if (fs_session_stop(fx->session))
+    export_free(fx); /* else a stuck serving thread may still use it */
 }
