@@ -51,6 +51,33 @@ void aio_queue(struct ploop_aio *a, int fd, const char *path, void *buf, size_t 
   a->n++;
 }
 
+/* Checks one completion: a short read is zero-filled (EOF), a failed or
+ * short write is an error, reported only when REPORT (the first error of a
+ * batch is the one kept). */
+static int aio_check_event(struct ploop_aio *a, const struct io_event *ev, bool report)
+{
+  struct iocb *cb = ev->obj;
+  unsigned idx = (unsigned)(uintptr_t)cb->data;
+  long res = (long)ev->res;
+  size_t want = cb->u.c.nbytes;
+  bool is_write = cb->aio_lio_opcode == IO_CMD_PWRITE;
+  if (res < 0) {
+    if (report)
+      ploop_error(PLOOP_ERR_IO, (int)-res, "%s: %s at %lld: %s", a->paths[idx], is_write ? "write" : "read",
+                  cb->u.c.offset, strerror((int)-res));
+    return -1;
+  }
+  if ((size_t)res < want) {
+    if (is_write) {
+      if (report)
+        ploop_error(PLOOP_ERR_IO, EIO, "%s: short write at %lld", a->paths[idx], cb->u.c.offset);
+      return -1;
+    }
+    memset((char *)cb->u.c.buf + res, 0, want - (size_t)res);
+  }
+  return 0;
+}
+
 int aio_run(struct ploop_aio *a)
 {
   unsigned total = a->n, submitted = 0, done = 0;
@@ -73,29 +100,68 @@ int aio_run(struct ploop_aio *a)
       err = ploop_error(PLOOP_ERR_IO, -rc, "io_getevents: %s", strerror(-rc));
       break;
     }
-    for (int i = 0; i < rc; i++) {
-      struct iocb *cb = a->events[i].obj;
-      unsigned idx = (unsigned)(uintptr_t)cb->data;
-      long res = (long)a->events[i].res;
-      size_t want = cb->u.c.nbytes;
-      bool is_write = cb->aio_lio_opcode == IO_CMD_PWRITE;
-      if (res < 0) {
-        if (!err)
-          err = ploop_error(PLOOP_ERR_IO, (int)-res, "%s: %s at %lld: %s", a->paths[idx],
-                            is_write ? "write" : "read", cb->u.c.offset, strerror((int)-res));
-      } else if ((size_t)res < want) {
-        if (is_write) {
-          if (!err)
-            err = ploop_error(PLOOP_ERR_IO, EIO, "%s: short write at %lld", a->paths[idx], cb->u.c.offset);
-        } else {
-          memset((char *)cb->u.c.buf + res, 0, want - (size_t)res);
-        }
-      }
-    }
+    for (int i = 0; i < rc; i++)
+      if (aio_check_event(a, &a->events[i], !err) < 0)
+        err = -1;
     done += (unsigned)rc;
   }
   a->n = 0;
   return err;
+}
+
+void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, void *buf, size_t len, uint64_t off,
+               int write)
+{
+  struct iocb *cb = &a->cbs[slot];
+  if (write)
+    io_prep_pwrite(cb, fd, buf, len, (long long)off);
+  else
+    io_prep_pread(cb, fd, buf, len, (long long)off);
+  cb->data = (void *)(uintptr_t)slot;
+  a->paths[slot] = path;
+  a->ptrs[a->n++] = cb;
+  a->inflight++;
+}
+
+int aio_reap(struct ploop_aio *a, unsigned *slots, bool *failed)
+{
+  int err = 0;
+  while (a->n) {
+    int rc = io_submit(a->ctx, (long)a->n, a->ptrs);
+    if (rc == -EINTR || rc == -EAGAIN)
+      continue;
+    if (rc < 0) {
+      /* Nothing of the rest went out: hand them back as failed. */
+      ploop_error(PLOOP_ERR_IO, -rc, "%s: io_submit: %s", a->paths[(uintptr_t)a->ptrs[0]->data],
+                  strerror(-rc));
+      unsigned k = 0;
+      for (unsigned i = 0; i < a->n; i++) {
+        slots[k] = (unsigned)(uintptr_t)a->ptrs[i]->data;
+        failed[k++] = true;
+      }
+      a->inflight -= a->n;
+      a->n = 0;
+      return (int)k;
+    }
+    memmove(a->ptrs, a->ptrs + rc, (a->n - (unsigned)rc) * sizeof *a->ptrs);
+    a->n -= (unsigned)rc;
+  }
+  if (!a->inflight)
+    return 0;
+  int rc;
+  do
+    rc = io_getevents(a->ctx, 1, (long)a->inflight, a->events, NULL);
+  while (rc == -EINTR);
+  if (rc < 0)
+    return ploop_error(PLOOP_ERR_IO, -rc, "io_getevents: %s", strerror(-rc));
+  for (int i = 0; i < rc; i++) {
+    slots[i] = (unsigned)(uintptr_t)((struct iocb *)a->events[i].obj)->data;
+    failed[i] = aio_check_event(a, &a->events[i], !err) < 0;
+    if (failed[i])
+      err = -1;
+  }
+  a->inflight -= (unsigned)rc;
+  return rc;
 }
 
 struct sync_job {

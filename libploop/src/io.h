@@ -5,12 +5,14 @@
 #define PLOOP_IO_H
 
 #include <libaio.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct ploop_aio {
   io_context_t ctx;
   unsigned depth, n;
+  unsigned inflight; /* streaming use: started and not yet reaped */
   struct iocb *cbs;
   struct iocb **ptrs;
   struct io_event *events;
@@ -24,6 +26,18 @@ void aio_queue(struct ploop_aio *a, int fd, const char *path, void *buf, size_t 
 /* Submit everything queued and wait for all of it. Short reads (EOF) are
  * zero-filled; short writes are errors. */
 int aio_run(struct ploop_aio *a);
+
+/* Streaming use: each of the DEPTH slots holds one request at a time and is
+ * reused as soon as it completes, so the queue never drains between
+ * batches. aio_start prepares SLOT's request; aio_reap submits what was
+ * started, waits for at least one completion and fills SLOTS/FAILED
+ * (DEPTH entries each) with the finished ones. Returns their count (0 when
+ * nothing is in flight), -1 if waiting itself failed. Short reads are
+ * zero-filled; a failed request's error is set (the first of a call). Do
+ * not mix with aio_queue/aio_run on the same context. */
+void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, void *buf, size_t len, uint64_t off,
+               int write);
+int aio_reap(struct ploop_aio *a, unsigned *slots, bool *failed);
 
 /* fdatasync up to 8 FDs at once, so their latencies overlap. */
 int sync_all(const int *fds, const char *const *paths, unsigned n);
