@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -53,7 +54,37 @@ struct fs_session {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   _Atomic uint64_t dev_served;
+  _Atomic bool stopping;
 };
+
+/* Interrupts a serving thread's wait for the next request when the kernel
+ * cannot end the connection for us (a loop device still holds the file and
+ * /sys/fs/fuse/connections is not mounted). */
+#define STOP_SIGNAL (SIGRTMIN + 3)
+
+static void stop_signal_handler(int sig) { (void)sig; }
+
+void fs_thread_init(const char *name)
+{
+  pthread_setname_np(pthread_self(), name);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, STOP_SIGNAL);
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
+
+bool fs_session_stopping(const struct fs_session *s) { return atomic_load(&s->stopping); }
+
+static void install_stop_signal(void)
+{
+  struct sigaction old;
+  if (sigaction(STOP_SIGNAL, NULL, &old) == 0 && old.sa_handler == SIG_DFL) {
+    /* No SA_RESTART: the interrupted read()/io_uring_enter() returns EINTR. */
+    struct sigaction sa = {.sa_handler = stop_signal_handler};
+    sigemptyset(&sa.sa_mask);
+    sigaction(STOP_SIGNAL, &sa, NULL);
+  }
+}
 
 int fs_session_fd(const struct fs_session *s) { return s->fd; }
 
@@ -170,11 +201,11 @@ static bool dev_parse(struct fs_session *s, struct fs_req *r, void *hdr, size_t 
 static void *dev_thread(void *arg)
 {
   struct fs_session *s = arg;
-  pthread_setname_np(pthread_self(), "ploop-fuse-dev");
+  fs_thread_init("ploop-fuse-dev");
   char *buf = NULL;
   if (posix_memalign((void **)&buf, FS_IO_ALIGN, DEV_BUF_SIZE) == 0) {
     char *hdr = buf + FS_IO_ALIGN - WRITE_HDR;
-    for (;;) {
+    while (!fs_session_stopping(s)) {
       ssize_t n = read(s->fd, hdr, DEV_BUF_SIZE - (FS_IO_ALIGN - WRITE_HDR));
       if (n < 0) {
         if (errno == EINTR || errno == EAGAIN || errno == ENOENT)
@@ -335,15 +366,16 @@ static bool wait_threads(struct fs_session *s, int ms)
 
 /* Writing to the connection's abort file fails every pending and future
  * request; used when a user (a loop device) still holds the file. */
-static void abort_connection(struct fs_session *s)
+static bool abort_connection(struct fs_session *s)
 {
   char path[128];
   snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", minor(s->dev));
   int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)!write(fd, "1", 1);
-    close(fd);
-  }
+  if (fd < 0)
+    return false; /* fusectl is not mounted */
+  bool ok = write(fd, "1", 1) == 1;
+  close(fd);
+  return ok;
 }
 
 bool fs_session_stop(struct fs_session *s)
@@ -354,10 +386,23 @@ bool fs_session_stop(struct fs_session *s)
    * connection: readers get ENODEV, ring entries ENOTCONN.  A loop device
    * still holding the file keeps it alive; then abort it. */
   umount2(s->mountpoint, MNT_DETACH);
-  bool done = wait_threads(s, 500);
-  if (!done && s->dev) {
-    abort_connection(s);
-    done = wait_threads(s, 5000);
+  bool done = wait_threads(s, 300);
+  if (!done && s->dev && abort_connection(s))
+    done = wait_threads(s, 1000);
+  if (!done) {
+    /* No fusectl: interrupt every thread's wait (again and again: a signal
+     * may land just before a thread blocks), then closing our /dev/fuse fd
+     * and rings below ends the connection. */
+    atomic_store(&s->stopping, true);
+    for (int i = 0; i < 100 && !done; i++) {
+      pthread_mutex_lock(&s->lock);
+      for (unsigned k = 0; k < s->nthreads; k++)
+        pthread_kill(s->threads[k], STOP_SIGNAL);
+      pthread_mutex_unlock(&s->lock);
+      if (s->ring)
+        fs_uring_kick(s->ring, STOP_SIGNAL);
+      done = wait_threads(s, 50);
+    }
   }
   for (unsigned i = 0; i < s->nthreads; i++)
     if (done)
@@ -404,6 +449,7 @@ struct fs_session *fs_session_start(const struct fs_session_params *p)
   s->opaque = p->opaque;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->cond, NULL);
+  install_stop_signal();
   s->mountpoint = strdup(p->mountpoint);
   if (!s->mountpoint) {
     session_free(s);

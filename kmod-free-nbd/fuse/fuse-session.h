@@ -61,6 +61,12 @@ bool fs_session_stop(struct fs_session *s);
 void fs_dispatch(struct fs_session *s, struct fs_req *r);
 void fs_thread_started(struct fs_session *s);
 void fs_thread_exited(struct fs_session *s);
+/* Called by each serving thread first: lets fs_session_stop's signal
+ * interrupt its waits. */
+void fs_thread_init(const char *name);
+/* True once fs_session_stop gave up waiting for the kernel to end the
+ * connection: a thread whose wait was interrupted then exits. */
+bool fs_session_stopping(const struct fs_session *s);
 int fs_session_fd(const struct fs_session *s);
 
 struct fs_uring;
@@ -71,6 +77,8 @@ struct fs_uring;
 struct fs_uring *fs_uring_start(struct fs_session *s, unsigned threads, unsigned depth, bool pin,
                                 char *why, size_t why_len);
 bool fs_uring_ok(const struct fs_uring *u);
+/* Sends SIG to every ring thread (see fs_session_stopping). */
+void fs_uring_kick(struct fs_uring *u, int sig);
 /* After the connection ended: joins when DETACH is false, then frees. */
 void fs_uring_free(struct fs_uring *u, bool detach);
 /* Requests the ring has answered so far. */

@@ -129,6 +129,8 @@ static int setup(struct ring_thread *rt)
 {
   struct io_uring_params params = {.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE,
                                    .cq_entries = 2 * rt->nent};
+  if (getenv("PLOOP_FUSE_URING_DEFER"))
+    params.flags |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
   int rc = io_uring_queue_init_params(rt->nent, &rt->ring, &params);
   if (rc < 0)
     return rc;
@@ -170,7 +172,7 @@ static void serve(struct ring_thread *rt)
   unsigned dead = 0;
   while (dead < rt->nent) {
     int rc = io_uring_submit_and_wait(&rt->ring, 1);
-    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+    if (fs_session_stopping(rt->u->s) || (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY))
       break;
     unsigned head, seen = 0;
     struct io_uring_cqe *cqe;
@@ -192,7 +194,7 @@ static void serve(struct ring_thread *rt)
 static void *ring_thread(void *arg)
 {
   struct ring_thread *rt = arg;
-  pthread_setname_np(pthread_self(), "ploop-fuse-ring");
+  fs_thread_init("ploop-fuse-ring");
   if (rt->u->pin) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -257,6 +259,13 @@ struct fs_uring *fs_uring_start(struct fs_session *s, unsigned threads, unsigned
   if (u->failed)
     snprintf(why, why_len, "ring entry registration: %s", strerror(u->first_err));
   return u;
+}
+
+void fs_uring_kick(struct fs_uring *u, int sig)
+{
+  for (unsigned i = 0; i < u->nthreads; i++)
+    if (u->t[i].started)
+      pthread_kill(u->t[i].tid, sig);
 }
 
 void fs_uring_free(struct fs_uring *u, bool detach)
