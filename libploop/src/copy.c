@@ -316,6 +316,7 @@ struct merge_slot {
 struct merge_state {
   struct ploop_delta *x, *p;
   bool skip_zero;
+  bool holes_only; /* copy only the clusters P lacks (never overwrite P's) */
   uint64_t cb, next_vc, nclusters;
   uint64_t reserved;   /* P's file size: new clusters below it can be written */
   uint64_t fresh_left; /* clusters X holds and P lacks, not placed yet */
@@ -330,7 +331,7 @@ static bool merge_next_read(struct merge_state *ms, unsigned s)
 {
   for (; ms->next_vc < ms->nclusters; ms->next_vc++) {
     uint64_t off = delta_lookup(ms->x, ms->next_vc);
-    if (!off)
+    if (!off || (ms->holes_only && (ms->next_vc >= delta_clusters(ms->p) || delta_lookup(ms->p, ms->next_vc))))
       continue;
     ms->slot[s] = (struct merge_slot){.vc = ms->next_vc++, .busy = true};
     aio_start(&ms->aio, s, ms->x->fd, ms->x->path, ms->buf + (size_t)s * ms->cb, ms->cb, DELTA_OFF(off), 0);
@@ -389,10 +390,10 @@ static void *merge_aio_destroy(void *arg)
   return NULL;
 }
 
-int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, ploop_progress_fn progress,
-                     void *opaque, uint64_t done_base, uint64_t total)
+static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, bool holes_only,
+                      ploop_progress_fn progress, void *opaque, uint64_t done_base, uint64_t total)
 {
-  struct merge_state ms = {.x = x, .p = p, .skip_zero = skip_zero, .cb = x->cluster_bytes};
+  struct merge_state ms = {.x = x, .p = p, .skip_zero = skip_zero, .holes_only = holes_only, .cb = x->cluster_bytes};
   ms.nclusters = delta_clusters(x);
   uint64_t n = MERGE_INFLIGHT_BYTES / ms.cb;
   ms.depth = n < 2 ? 2 : n > COPY_MAX_BATCH ? COPY_MAX_BATCH : (unsigned)n;
@@ -414,7 +415,7 @@ int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zer
     else
       ms.reserved = size0 = (uint64_t)sb.st_size;
     for (uint64_t vc = 0; vc < ms.nclusters; vc++)
-      ms.fresh_left += delta_lookup(x, vc) && !delta_lookup(p, vc);
+      ms.fresh_left += delta_lookup(x, vc) && !delta_lookup(p, vc) && (!holes_only || vc < delta_clusters(p));
   }
   for (unsigned s = 0; rc == 0 && s < ms.depth && merge_next_read(&ms, s); s++)
     ;
@@ -460,6 +461,9 @@ int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zer
       reported = done;
     }
   }
+  /* A progress display reaches its end even when there was nothing to copy. */
+  if (progress && rc == 0 && reported == done_base)
+    progress(opaque, done, total);
   /* Over-reserved tail (zero clusters skipped): give it back. */
   uint64_t used = p->alloc_head * ms.cb;
   if (rc == 0 && !p->raw && ms.reserved > size0 && ms.reserved > used &&
@@ -482,4 +486,16 @@ int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zer
   free(ms.buf);
   free(ms.slot);
   return rc;
+}
+
+int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, ploop_progress_fn progress,
+                     void *opaque, uint64_t done_base, uint64_t total)
+{
+  return merge_copy(x, p, skip_zero, false, progress, opaque, done_base, total);
+}
+
+int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress, void *opaque,
+                     uint64_t total)
+{
+  return merge_copy(src, dst, false, true, progress, opaque, 0, total);
 }

@@ -4,11 +4,13 @@
  * it (reads through the child see the same data at every step), and the
  * descriptor switch that drops the child comes after the parent is durable. */
 #include <fcntl.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "io.h"
 
 /* Checks that CHILD can merge into its parent; fills PARENT guid. */
 static int merge_preflight(struct ploop_descriptor *d, const char *child, char *parent)
@@ -60,6 +62,97 @@ static int merge_data(struct ploop_delta *x, struct ploop_delta *p, ploop_progre
   return 0;
 }
 
+/* Which way moves fewer clusters: down, writing every cluster the child
+ * holds into the parent, or up, writing the parent's clusters the child
+ * does not shadow into the child's holes (qemu's block-stream direction).
+ * When the child rewrote most of its parent, up writes next to nothing.
+ * *UP gets the count for the way up. */
+static bool merge_up_cheaper(const struct ploop_delta *x, const struct ploop_delta *p, uint64_t *up)
+{
+  *up = 0;
+  if (x->raw || p->raw || x->cluster_bytes != p->cluster_bytes)
+    return false;
+  uint64_t down = 0;
+  for (uint64_t vc = 0; vc < delta_clusters(x); vc++) {
+    if (delta_lookup(x, vc))
+      down++;
+    else if (delta_lookup(p, vc))
+      (*up)++;
+  }
+  return *up < down;
+}
+
+/* The descriptor after merging up: the child's file holds the state, the
+ * parent's entries go, and the child hangs off the grandparent. */
+static void merge_up_commit_descriptor(struct ploop_descriptor *d, const char *child, const char *parent)
+{
+  char grand[PLOOP_UUID_LEN + 1];
+  snprintf(grand, sizeof grand, "%s", descriptor_find_shot(d, parent)->parent);
+  descriptor_remove_image(d, parent);
+  snprintf(descriptor_find_shot(d, child)->parent, PLOOP_UUID_LEN + 1, "%s", grand);
+}
+
+/* Merging up: the parent is never written, so its snapshot view and the
+ * child's stay what they were at every step (no Temporary mark needed); a
+ * crash before the descriptor switch leaves the child holding some copies
+ * of its parent's clusters. X is open read-write, P read-only; both are
+ * closed here. */
+static int merge_up(struct ploop_descriptor *d, const char *child, const char *parent, struct ploop_delta *x,
+                    struct ploop_delta *p, uint64_t up, ploop_progress_fn progress, void *opaque)
+{
+  char *child_path = ploop_strdup(x->path), *parent_path = ploop_strdup(p->path);
+  char *parent_file = ploop_strdup(ploop_descriptor_find_image(d, parent)->file);
+  int rc = -1;
+  if (!child_path || !parent_path || !parent_file)
+    goto out;
+  if (merge_fill_holes(p, x, progress, opaque, up) < 0)
+    goto out;
+  rc = delta_close(x, true);
+  x = NULL;
+  if (rc < 0)
+    goto out;
+  rc = -1;
+  merge_up_commit_descriptor(d, child, parent);
+  if (ploop_descriptor_save(d) < 0)
+    goto out;
+  /* The parent's file is unreferenced now; its name goes to the child's
+   * file (a second link, then the descriptor, then the old name), so the
+   * base keeps its name and a crash leaves the descriptor naming a file
+   * that exists. */
+  delta_close(p, false);
+  p = NULL;
+  if (unlink(parent_path) < 0) {
+    ploop_error_os(parent_path, "remove merged delta");
+    goto out;
+  }
+  rc = 0;
+  /* The new link must be on disk before a descriptor names it. */
+  char *parent_dir = ploop_strdup(parent_path);
+  bool linked = parent_dir && link(child_path, parent_path) == 0 && ploop_fsync_dir(dirname(parent_dir)) == 0;
+  free(parent_dir);
+  if (linked) {
+    for (size_t i = 0; i < d->n_images; i++)
+      if (!strcmp(d->images[i].guid, child)) {
+        free(d->images[i].file);
+        d->images[i].file = parent_file;
+        parent_file = NULL;
+      }
+    if (ploop_descriptor_save(d) < 0)
+      rc = -1;
+    else if (unlink(child_path) < 0)
+      rc = ploop_error_os(child_path, "remove the merged delta's old name");
+  }
+out:
+  /* On failure X holds copies of some of P's clusters, flushed in order:
+   * it closes clean like any consistent delta. */
+  delta_close(x, true);
+  delta_close(p, false);
+  free(child_path);
+  free(parent_path);
+  free(parent_file);
+  return rc;
+}
+
 int merge_child_into_parent(struct ploop_descriptor *d, const char *child, ploop_progress_fn progress,
                             void *opaque)
 {
@@ -67,12 +160,31 @@ int merge_child_into_parent(struct ploop_descriptor *d, const char *child, ploop
   if (merge_preflight(d, child, parent) < 0)
     return -1;
   const struct ploop_image_desc *ci = ploop_descriptor_find_image(d, child);
+  const struct ploop_image_desc *pi = ploop_descriptor_find_image(d, parent);
   char *child_path = ploop_descriptor_image_path(d, ci);
+  /* Both read-only until the direction is known: opening read-write marks
+   * a delta in use. */
   struct ploop_delta *x = delta_open_image(d, ci, PLOOP_OPEN_RDONLY);
-  struct ploop_delta *p =
-      x ? delta_open_image(d, ploop_descriptor_find_image(d, parent), PLOOP_OPEN_RDWR) : NULL;
+  struct ploop_delta *p = x ? delta_open_image(d, pi, PLOOP_OPEN_RDONLY) : NULL;
   int rc = -1;
   if (!child_path || !x || !p)
+    goto out;
+  uint64_t up;
+  if (merge_up_cheaper(x, p, &up)) {
+    delta_close(x, false);
+    x = delta_open_image(d, ci, PLOOP_OPEN_RDWR);
+    if (!x)
+      goto out;
+    rc = merge_up(d, child, parent, x, p, up, progress, opaque);
+    x = p = NULL;
+    free(child_path);
+    if (rc < 0)
+      ploop_error_wrap("merge %s", child);
+    return rc;
+  }
+  delta_close(p, false);
+  p = delta_open_image(d, pi, PLOOP_OPEN_RDWR);
+  if (!p)
     goto out;
   descriptor_find_shot(d, parent)->temporary = true;
   if (ploop_descriptor_save(d) < 0)
