@@ -32,6 +32,7 @@ struct ring_thread {
   bool ring_ok;
   pthread_t tid;
   bool started;
+  _Atomic uint64_t served; /* per thread: a shared counter would bounce between CPUs */
 };
 
 struct fs_uring {
@@ -43,10 +44,15 @@ struct fs_uring {
   pthread_cond_t cond;
   unsigned reported, failed;
   int first_err;
-  _Atomic uint64_t served;
 };
 
-uint64_t fs_uring_served(const struct fs_uring *u) { return atomic_load(&u->served); }
+uint64_t fs_uring_served(const struct fs_uring *u)
+{
+  uint64_t n = 0;
+  for (unsigned i = 0; i < u->nthreads; i++)
+    n += atomic_load_explicit(&u->t[i].served, memory_order_relaxed);
+  return n;
+}
 bool fs_uring_ok(const struct fs_uring *u) { return u->failed == 0; }
 
 /* The kernel wants a queue for every possible CPU (it picks the queue of
@@ -118,7 +124,8 @@ static void handle(struct ring_thread *rt, struct ring_ent *e)
   /* Every request through the ring needs its commit, answered or not. */
   if (!r.replied)
     fs_reply(&r, ENOSYS, NULL, 0);
-  atomic_fetch_add_explicit(&rt->u->served, 1, memory_order_relaxed);
+  atomic_store_explicit(&rt->served, atomic_load_explicit(&rt->served, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
   prep_cmd(rt, e, PLOOP_FUSE_IO_URING_CMD_COMMIT_AND_FETCH);
 }
 
@@ -129,8 +136,6 @@ static int setup(struct ring_thread *rt)
 {
   struct io_uring_params params = {.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE,
                                    .cq_entries = 2 * rt->nent};
-  if (getenv("PLOOP_FUSE_URING_DEFER"))
-    params.flags |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
   int rc = io_uring_queue_init_params(rt->nent, &rt->ring, &params);
   if (rc < 0)
     return rc;

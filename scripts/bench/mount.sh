@@ -74,6 +74,11 @@ mkdir -p "$W/ploop" "$W/ploop.mnt"
 att_format "$W/ploop"
 att_mount "$W/ploop" "$W/ploop.mnt"
 undo+=("att_umount $W/ploop")
+# Which FUSE transport the daemon serves with (its threads are named after it).
+transport=/dev/fuse
+for p in $(pgrep -f "ploop-nbd .*$W/ploop\$" || true); do
+  grep -qx ploop-fuse-ring /proc/"$p"/task/*/comm 2>/dev/null && transport=io_uring
+done
 
 # 3. Peer: nbdkit file plugin + nbdfuse + loop with direct I/O.
 mkdir -p "$W/nbdfuse" "$W/peer.mnt"
@@ -117,4 +122,4 @@ for j in rand seqw seqr; do
   a=$(cut -d' ' -f$f <<<"${R[loop-dio,$j]}") b=$(cut -d' ' -f$f <<<"${R[ploop,$j]}") c=$(cut -d' ' -f$f <<<"${R[nbdkit+nbdfuse,$j]}")
   printf '%-28s %12s %12s %12s %10s %10s\n' "$label" "$a" "$b" "$c" "$(ratio "$b" "$a")" "$(ratio "$c" "$a")"
 done
-echo "(target: ploop >= 0.60x of loop-dio)"
+echo "(target: ploop >= 0.60x of loop-dio; ploop's FUSE transport: $transport)"
