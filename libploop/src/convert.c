@@ -149,6 +149,7 @@ static int convert_delta_version(const char *path, int version)
   close(bfd);
   if (fsync_parent(path) < 0)
     goto out;
+  ploop_fault_point("convert-backup-durable");
   /* 2: mark the conversion, 3: rewrite the BAT, 4: clear the mark. */
   d->h.flags |= PLOOP_CIF_FMT_CONVERT;
   if (delta_write_header(d) < 0)
@@ -163,11 +164,13 @@ static int convert_delta_version(const char *path, int version)
   if (ploop_pwrite_full(d->fd, d->bat_raw, d->bat_bytes, 0, path) < 0 ||
       (fdatasync(d->fd) < 0 && ploop_error_os(path, "fdatasync") < 0))
     goto out;
+  ploop_fault_point("convert-bat-rewritten");
   d->h.flags &= ~PLOOP_CIF_FMT_CONVERT;
   if (delta_write_header(d) < 0)
     goto out;
   if (unlink(bp) < 0 || fsync_parent(path) < 0)
     goto out;
+  ploop_fault_point("convert-backup-removed");
   rc = 0;
 out:
   if (delta_close(d, rc == 0) < 0)

@@ -77,6 +77,7 @@ int delta_create_file(const char *path, const struct ploop_delta_create_params *
     return -1;
   }
   close(fd);
+  ploop_fault_point("delta-created");
   return 0;
 }
 
@@ -383,6 +384,8 @@ int delta_write_header(struct ploop_delta *d)
   if (rc == 0 && fdatasync(d->fd) < 0)
     rc = ploop_error_os(d->path, "fdatasync");
   pthread_mutex_unlock(&d->flush_lock);
+  if (rc == 0)
+    ploop_fault_point("header-written");
   return rc;
 }
 
@@ -541,6 +544,8 @@ int delta_flush(struct ploop_delta *d)
     rc = ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
   if (rc == 0 && fdatasync(d->fd) < 0)
     rc = ploop_error_os(d->path, "fdatasync");
+  if (rc == 0 && n)
+    ploop_fault_point("flush-data-synced");
   for (size_t k = 0; rc == 0 && k < n && copy; k++) {
     /* The header lives in page 0: the copy may hold a stale header only
      * if someone changed it without delta_write_header, which no one does. */
@@ -549,6 +554,8 @@ int delta_flush(struct ploop_delta *d)
   }
   if (rc == 0 && n && fdatasync(d->fd) < 0)
     rc = ploop_error_os(d->path, "fdatasync");
+  if (rc == 0 && n)
+    ploop_fault_point("flush-bat-written");
   if (rc < 0 && copy) {
     /* Put the pages back so a later flush retries them. */
     pthread_mutex_lock(&d->lock);

@@ -562,7 +562,11 @@ int descriptor_commit_tmp(const struct ploop_descriptor *d, int tmp_fd, bool syn
     unlink(tmp);
     return -1;
   }
-  return ploop_fsync_dir(d->dir);
+  ploop_fault_point("descriptor-renamed");
+  if (ploop_fsync_dir(d->dir) < 0)
+    return -1;
+  ploop_fault_point("descriptor-committed");
+  return 0;
 }
 
 void descriptor_abort_tmp(const struct ploop_descriptor *d, int tmp_fd)

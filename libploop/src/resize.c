@@ -38,6 +38,8 @@ static int relocate_for_bat(struct ploop_delta *d, uint64_t new_first)
   }
   if (rc == 0 && moved && fdatasync(d->fd) < 0)
     rc = ploop_error_os(d->path, "fdatasync");
+  if (rc == 0)
+    ploop_fault_point("resize-clusters-copied");
   for (uint64_t i = 0; rc == 0 && i < moved; i++)
     delta_set_entry(d, vcs[i], offs[i]);
   if (rc == 0)
@@ -48,6 +50,8 @@ static int relocate_for_bat(struct ploop_delta *d, uint64_t new_first)
     rc = ploop_pwrite_full(d->fd, buf, cb, c * cb, d->path);
   if (rc == 0 && fdatasync(d->fd) < 0)
     rc = ploop_error_os(d->path, "fdatasync");
+  if (rc == 0)
+    ploop_fault_point("resize-bat-area-zeroed");
   free(vcs);
   free(offs);
   free(buf);
@@ -95,9 +99,6 @@ int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force)
           PLOOP_ERR_PARAM, EINVAL,
           "%s: %llu allocated clusters lie past the new end; shrink the filesystem first or use --force",
           d->path, (unsigned long long)lost);
-    for (uint64_t vc = entries; vc < old_entries; vc++)
-      if (delta_lookup(d, vc))
-        delta_set_entry(d, vc, 0);
   } else {
     uint64_t need = round_up(PLOOP_HEADER_SIZE + 4 * entries, cb);
     if (need > (uint64_t)d->h.first_block * 512) {
@@ -112,10 +113,16 @@ int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force)
       if (delta_bat(d)[vc])
         delta_set_entry(d, vc, 0);
   }
-  /* BAT pages first (the header lives in page 0 and is written last). */
+  /* Growing: the new slots are empty on disk first, then the header says
+   * they exist. Shrinking: the header first, so from then on the delta reads
+   * as the new size, whole; the slots past its end are cleared after (a
+   * crash in between leaves slots no one reads, and a later grow clears
+   * them). Clearing first would let a crash show the old size with the
+   * tail falling through to older snapshots' data. */
+  bool shrink = entries < old_entries;
   uint32_t keep_entries = d->h.bat_entries;
   uint64_t keep_sectors = d->h.size_sectors;
-  if (delta_flush(d) < 0)
+  if (!shrink && delta_flush(d) < 0)
     return -1;
   d->h.bat_entries = (uint32_t)entries;
   d->h.size_sectors = sectors;
@@ -124,6 +131,13 @@ int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force)
     d->h.bat_entries = keep_entries;
     d->h.size_sectors = keep_sectors;
     return -1;
+  }
+  if (shrink) {
+    for (uint64_t vc = entries; vc < old_entries; vc++)
+      if (delta_bat(d)[vc])
+        delta_set_entry(d, vc, 0);
+    if (delta_flush(d) < 0)
+      return -1;
   }
   return 0;
 }

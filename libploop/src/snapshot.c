@@ -84,6 +84,7 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
   const char *paths[3] = {top->path, path, "DiskDescriptor.xml.tmp"};
   if (sync_all(fds, paths, 3) < 0)
     goto fail_seal;
+  ploop_fault_point("snapshot-synced");
   if (descriptor_commit_tmp(nd, tfd, true) < 0) {
     tfd = -1;
     goto fail_seal;
@@ -169,6 +170,7 @@ int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out)
     unlink(path);
     goto out;
   }
+  ploop_fault_point("snapshot-synced");
   if (descriptor_commit_tmp(d, tfd, true) < 0) {
     unlink(path);
     goto out;
@@ -255,6 +257,7 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid)
   /* The old top is dropped, as ploop does; a crash before this leaves only an orphan file. */
   if (unlink(old_top) < 0)
     ploop_error_os(old_top, "remove");
+  ploop_fault_point("switch-old-top-removed");
   rc = 0;
 out:
   delta_close(snap, false);
@@ -297,6 +300,8 @@ int ploop_snapshot_delete(const char *dir_or_xml, const char *guid)
       rc = ploop_descriptor_save(d);
       if (rc == 0 && unlink(path) < 0)
         rc = ploop_error_os(path, "remove");
+      if (rc == 0)
+        ploop_fault_point("delete-leaf-removed");
       free(path);
     }
   }

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Kill -9 at every fault point of every structural verb. The library names
+# each step after which something is durable (libploop/src/fault.c); a
+# traced run lists the points a verb passes, then the verb is rerun once per
+# point with PLOOP_FAULT_INJECT=N, which SIGKILLs it right there. After each
+# kill: every delta checks free of corruption, the disk reads what it read
+# before the verb (or, where the verb changes what it reads, what it reads
+# after), `ploop check -r` leaves it clean, the verb run again succeeds, and
+# qemu-img accepts every delta.
+source "$(dirname "$0")/functions.sh"
+requires python3
+requires qemu-img
+[[ -x $PLOOP ]] || skip "ploop not built in $BUILD"
+TOOL="python3 $(dirname "$0")/ploop-image-tool.py"
+export PLOOP_NO_PROGRESS=1
+SIZE=$((16 << 20))
+
+# The template: base (m0) <- snapshot 1's delta (m1) <- top (m2), 32 KiB
+# clusters so that growing to 1 GiB must relocate data out of the BAT's way.
+T=$TMP/template
+$TOOL mkraw "$TMP/m0.raw" $SIZE 21
+$PLOOP import -b 64 "$TMP/m0.raw" "$T" >/dev/null
+u1=$($PLOOP snapshot "$T")
+cp "$TMP/m0.raw" "$TMP/m1.raw"
+$TOOL scribble "$TMP/m1.raw" 22 8
+$PLOOP import "$TMP/m1.raw" "$T" >/dev/null
+u2=$($PLOOP snapshot "$T")
+cp "$TMP/m1.raw" "$TMP/m2.raw"
+$TOOL scribble "$TMP/m2.raw" 23 8
+$PLOOP import "$TMP/m2.raw" "$T" >/dev/null
+cmp -s "$TMP/m0.raw" "$TMP/m2.raw" && fail "template: the scribbles changed nothing"
+
+D=$TMP/disk
+fresh() { rm -rf "$D" && cp -a --sparse=always "$T" "$D"; }
+deltas() { sed -n 's:.*<File>\(.*\)</File>.*:\1:p' "$D/DiskDescriptor.xml"; }
+
+# reads_as WHAT MODEL...: the disk's current contents equal one of the
+# models over the models' length; anything past it (a grown disk) is zeros.
+reads_as() {
+  local what=$1 m
+  shift
+  $PLOOP export -f -o "$TMP/x.raw" "$D" >/dev/null 2>"$TMP/export.err" ||
+    fail "$what: export failed: $(cat "$TMP/export.err")"
+  for m in "$@"; do
+    if cmp -s -n "$(stat -c %s "$m")" "$TMP/x.raw" "$m"; then
+      local extra=$(($(stat -c %s "$TMP/x.raw") - $(stat -c %s "$m")))
+      ((extra <= 0)) || cmp -s -n $extra -i "$(stat -c %s "$m"):0" "$TMP/x.raw" /dev/zero ||
+        fail "$what: bytes past the old end are not zeros"
+      return 0
+    fi
+  done
+  fail "$what: the disk reads as none of: $*"
+}
+
+# check_deltas WHAT: no delta is corrupt (an interrupted conversion is
+# flagged, with its backup beside it: that is expected, not corruption).
+check_deltas() {
+  local f out
+  for f in $(deltas); do
+    [[ -e $D/$f ]] || fail "$1: the descriptor names $f, which does not exist"
+    if ! out=$($PLOOP check -f --ro "$D/$f" 2>&1); then
+      [[ -e $D/$f.convert-backup && $out == *"conversion was interrupted"* ]] ||
+        fail "$1: $f is corrupt: $out"
+    fi
+  done
+}
+
+qemu_check() {
+  local f rc
+  for f in $(deltas); do
+    rc=0
+    qemu-img check -f parallels "$D/$f" >"$TMP/q.out" 2>&1 || rc=$?
+    # 3 = leaked clusters: lost space after a kill, not corruption.
+    [[ $rc -eq 0 || $rc -eq 3 ]] || fail "$1: qemu-img check $f exited $rc: $(cat "$TMP/q.out")"
+  done
+}
+
+# fault_sweep NAME "VERB ARGS" MODEL_BEFORE [MODEL_AFTER]
+total=0
+fault_sweep() {
+  local name=$1 verb=$2 before=$3 after=${4:-$3} n k rc out
+  fresh
+  rm -f "$TMP/trace"
+  # shellcheck disable=SC2086
+  PLOOP_FAULT_TRACE=$TMP/trace $PLOOP $verb "$D" >/dev/null || fail "$name: traced run failed"
+  reads_as "$name (no fault)" "$after"
+  n=$(wc -l <"$TMP/trace")
+  ((n > 0)) || fail "$name: passed no fault point"
+  for ((k = 1; k <= n; k++)); do
+    local point what
+    point=$(sed -n "${k}p" "$TMP/trace" | cut -d' ' -f2)
+    what="$name, killed at point $k/$n ($point)"
+    fresh
+    rc=0
+    # shellcheck disable=SC2086
+    PLOOP_FAULT_INJECT=$k $PLOOP $verb "$D" >/dev/null 2>"$TMP/verb.err" &
+    wait $! 2>/dev/null || rc=$? # (wait's stderr: no "Killed" line from bash)
+    [[ $rc -eq 137 ]] || fail "$what: expected the kill (137), got exit $rc: $(cat "$TMP/verb.err")"
+    check_deltas "$what"
+    out=$($PLOOP check -r "$D" 2>&1) || fail "$what: check -r: $out"
+    out=$($PLOOP check "$D" 2>&1) || fail "$what: not clean after check -r: $out"
+    reads_as "$what" "$before" "$after"
+    # The verb again: it finishes the job (or finds it already done).
+    rc=0
+    # shellcheck disable=SC2086
+    out=$($PLOOP $verb "$D" 2>&1) || rc=$?
+    [[ $rc -eq 0 || ($rc -eq 6 && $out == *"no snapshot"*) ||
+      ($rc -eq 2 && $out == *"nothing below to merge into"*) ]] || fail "$what: rerun exited $rc: $out"
+    reads_as "$what, then rerun" "$after"
+    check_deltas "$what, then rerun"
+    qemu_check "$what, then rerun"
+    total=$((total + 1))
+  done
+  echo "$name: killed at each of its $n fault points: $(cut -d' ' -f2 "$TMP/trace" | sort | uniq -c | awk '{printf "%s%s x%s", s, $2, $1; s=", "}')"
+}
+
+fault_sweep "merge top" "snapshot-merge" "$TMP/m2.raw"
+fault_sweep "merge -u" "snapshot-merge -u $u2" "$TMP/m2.raw"
+fault_sweep "merge -A" "snapshot-merge -A" "$TMP/m2.raw"
+fault_sweep "delete (merge into child)" "snapshot-delete -u $u1" "$TMP/m2.raw"
+fault_sweep "snapshot" "snapshot" "$TMP/m2.raw"
+fault_sweep "switch" "snapshot-switch -u $u1" "$TMP/m2.raw" "$TMP/m0.raw"
+fault_sweep "grow with BAT relocation" "resize -s 1G" "$TMP/m2.raw"
+head -c $((8 << 20)) "$TMP/m2.raw" >"$TMP/m2-8M.raw"
+fault_sweep "shrink --force" "resize --force -s 8M" "$TMP/m2.raw" "$TMP/m2-8M.raw"
+fault_sweep "convert to v1" "convert -v 1" "$TMP/m2.raw"
+echo "crash-faults: $total kills at named fault points survived"
