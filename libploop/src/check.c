@@ -154,6 +154,15 @@ int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_repor
   }
   if (convert && !r->header_bad)
     snprintf(r->header_problem, sizeof r->header_problem, "a format conversion was interrupted");
+  if (convert && repair) {
+    /* A backup would have been restored above: without one the BAT may
+     * be half in each unit, and clearing the mark would hide that. */
+    r->header_bad = true;
+    snprintf(r->header_problem, sizeof r->header_problem,
+             "a format conversion was interrupted and its BAT backup (.convert-backup) is missing");
+    rc = 1;
+    goto out;
+  }
   if (!repair) {
     rc = 1;
     goto out;

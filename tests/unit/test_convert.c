@@ -140,6 +140,20 @@ Test(convert, marked_image_with_an_empty_backup_is_a_clear_error)
   cr_assert(file_exists(tpath("root.hds.convert-backup")), "the evidence must stay");
 }
 
+Test(convert, marked_image_without_a_backup_is_not_repaired)
+{
+  make_filled_disk();
+  const char *p = tpath("root.hds");
+  raw_put_le32(p, 52, raw_le32(p, 52) | 2);
+  static uint8_t before[CL], after[CL];
+  raw_pread(p, before, CL, 0);
+  char msg[4096] = "";
+  cr_assert_eq(ploop_disk_check(test_dir, PLOOP_CHECK_REPAIR | PLOOP_CHECK_FORCE, msg, sizeof msg), 1);
+  cr_assert(strstr(msg, "backup (.convert-backup) is missing"), "report: %s", msg);
+  raw_pread(p, after, CL, 0);
+  cr_assert_arr_eq(before, after, CL, "nothing may change when it cannot be repaired");
+}
+
 Test(convert, to_raw_and_back)
 {
   make_filled_disk();
