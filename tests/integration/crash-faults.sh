@@ -124,4 +124,16 @@ fault_sweep "grow with BAT relocation" "resize -s 1G" "$TMP/m2.raw"
 head -c $((8 << 20)) "$TMP/m2.raw" >"$TMP/m2-8M.raw"
 fault_sweep "shrink --force" "resize --force -s 8M" "$TMP/m2.raw" "$TMP/m2-8M.raw"
 fault_sweep "convert to v1" "convert -v 1" "$TMP/m2.raw"
+
+# A top that rewrote most of its parent: the merge goes up (the parent's few
+# unshadowed clusters are copied into the top, which then takes the
+# parent's file name).
+T=$TMP/template-up
+$PLOOP import -b 64 "$TMP/m0.raw" "$T" >/dev/null
+$PLOOP snapshot "$T" >/dev/null
+cp "$TMP/m0.raw" "$TMP/m3.raw"
+python3 -c "import random,sys; f=open(sys.argv[1],'r+b'); f.write(random.Random(31).randbytes(12 << 20))" "$TMP/m3.raw"
+$PLOOP import "$TMP/m3.raw" "$T" >/dev/null
+fault_sweep "merge up" "snapshot-merge" "$TMP/m3.raw"
+[[ $(deltas) == root.hds ]] || fail "merge up: the base image should keep its name root.hds, not $(deltas)"
 echo "crash-faults: $total kills at named fault points survived"
