@@ -206,6 +206,31 @@ struct ploop_extent {
 int ploop_disk_block_status(struct ploop_disk *disk, uint64_t off, uint64_t len, struct ploop_extent *out,
                             size_t max);
 
+/* Direct access, for callers that run their own asynchronous I/O (ploop-nbd's
+ * FUSE export over io_uring): where the library would do one plain pread or
+ * pwrite for [OFF, OFF+LEN), it says which file and offset, and the caller
+ * does the I/O itself. The range must lie within one cluster.
+ *   PLOOP_MAP_FILE: read or write LEN bytes at MAP->file_offset of MAP->fd
+ *     (opened O_DIRECT: 512-byte aligned offset, length and buffer; a raw
+ *     base may end mid-cluster, and a short read past its end means zeros),
+ *     then call ploop_disk_unmap(). Until then the mapping is pinned:
+ *     snapshots, merges, resizes, compaction and dirty-map reads wait.
+ *   PLOOP_MAP_ZERO (reads only): no delta holds the range; it reads as zeros.
+ *   PLOOP_MAP_NONE: the library has to do it (a write that allocates or
+ *     copies up, a range across clusters, a structure change waiting): use
+ *     ploop_disk_pread / ploop_disk_pwrite.
+ * A mapped write counts for dirty tracking; it is durable after a later
+ * ploop_disk_flush, as any write. Unmap everything before ploop_disk_close. */
+enum ploop_map_result { PLOOP_MAP_NONE = 0, PLOOP_MAP_FILE = 1, PLOOP_MAP_ZERO = 2 };
+struct ploop_mapping {
+  int fd;
+  uint64_t file_offset;
+};
+#define PLOOP_MAP_WRITE 1u
+int ploop_disk_map(struct ploop_disk *disk, uint64_t off, size_t len, unsigned flags,
+                   struct ploop_mapping *map);
+void ploop_disk_unmap(struct ploop_disk *disk);
+
 /* Dirty tracking: clusters written since the mark (bitmap of clusters). */
 int ploop_disk_dirty_start(struct ploop_disk *disk); /* clear and start */
 int ploop_disk_dirty_stop(struct ploop_disk *disk);

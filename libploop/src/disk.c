@@ -114,6 +114,8 @@ struct ploop_disk *ploop_disk_open(const char *dir_or_xml, const char *snapshot_
   }
   disk->lock_fd = -1;
   pthread_rwlock_init(&disk->rw, NULL);
+  pthread_mutex_init(&disk->pin_lock, NULL);
+  pthread_cond_init(&disk->pin_cond, NULL);
   disk->rdwr = flags & PLOOP_OPEN_RDWR;
   disk->open_flags = flags;
   disk->desc = ploop_descriptor_load(dir_or_xml);
@@ -156,6 +158,8 @@ int ploop_disk_close(struct ploop_disk *disk)
   ploop_unlock_disk(disk->lock_fd);
   ploop_descriptor_free(disk->desc);
   pthread_rwlock_destroy(&disk->rw);
+  pthread_mutex_destroy(&disk->pin_lock);
+  pthread_cond_destroy(&disk->pin_cond);
   free(disk->dirty);
   free(disk->snapshot_guid);
   free(disk->dir);
@@ -354,6 +358,74 @@ int ploop_disk_pwrite(struct ploop_disk *disk, const void *buf, size_t len, uint
   return rc;
 }
 
+/* The pins are waited for with the rwlock released: a pin holder may need
+ * the read side (a blocking call) before its mapped I/O completes. While
+ * DRAINING is set no new pin is handed out, so the wait ends; a pin taken
+ * just before is seen under the write side, which map's read side excludes. */
+void disk_lock_exclusive(struct ploop_disk *disk)
+{
+  __atomic_add_fetch(&disk->draining, 1, __ATOMIC_SEQ_CST);
+  pthread_rwlock_wrlock(&disk->rw);
+  while (__atomic_load_n(&disk->pins, __ATOMIC_SEQ_CST)) {
+    pthread_rwlock_unlock(&disk->rw);
+    pthread_mutex_lock(&disk->pin_lock);
+    while (__atomic_load_n(&disk->pins, __ATOMIC_SEQ_CST))
+      pthread_cond_wait(&disk->pin_cond, &disk->pin_lock);
+    pthread_mutex_unlock(&disk->pin_lock);
+    pthread_rwlock_wrlock(&disk->rw);
+  }
+}
+
+void disk_unlock_exclusive(struct ploop_disk *disk)
+{
+  __atomic_sub_fetch(&disk->draining, 1, __ATOMIC_SEQ_CST);
+  pthread_rwlock_unlock(&disk->rw);
+}
+
+int ploop_disk_map(struct ploop_disk *disk, uint64_t off, size_t len, unsigned flags, struct ploop_mapping *map)
+{
+  bool write = flags & PLOOP_MAP_WRITE;
+  if ((write && check_writable(disk) < 0) || check_range(disk, off, len) < 0)
+    return -1;
+  uint64_t cb = disk->cluster_bytes, vc = off / cb, coff = off % cb;
+  if (len == 0 || coff + len > cb)
+    return PLOOP_MAP_NONE;
+  int rc = PLOOP_MAP_NONE;
+  pthread_rwlock_rdlock(&disk->rw);
+  if (!__atomic_load_n(&disk->draining, __ATOMIC_SEQ_CST)) {
+    uint64_t at = 0;
+    unsigned depth;
+    if (write) {
+      at = DELTA_OFF(delta_lookup(disk->deltas[0], vc));
+      depth = at || disk->deltas[0]->raw ? 1 : 0;
+    } else {
+      depth = disk_find(disk, 0, vc, &at);
+    }
+    if (depth) {
+      map->fd = disk->deltas[depth - 1]->fd;
+      map->file_offset = at + coff;
+      __atomic_add_fetch(&disk->pins, 1, __ATOMIC_SEQ_CST);
+      if (write)
+        mark_dirty(disk, off, len);
+      rc = PLOOP_MAP_FILE;
+    } else if (!write) {
+      rc = PLOOP_MAP_ZERO;
+    }
+  }
+  pthread_rwlock_unlock(&disk->rw);
+  return rc;
+}
+
+void ploop_disk_unmap(struct ploop_disk *disk)
+{
+  if (__atomic_sub_fetch(&disk->pins, 1, __ATOMIC_SEQ_CST) == 0 &&
+      __atomic_load_n(&disk->draining, __ATOMIC_SEQ_CST)) {
+    pthread_mutex_lock(&disk->pin_lock);
+    pthread_cond_broadcast(&disk->pin_cond);
+    pthread_mutex_unlock(&disk->pin_lock);
+  }
+}
+
 int ploop_disk_flush(struct ploop_disk *disk)
 {
   if (!disk->rdwr)
@@ -496,11 +568,11 @@ int ploop_disk_dirty_start(struct ploop_disk *disk)
   uint64_t cap = disk->deltas[0]->raw ? clusters : disk->deltas[0]->h.bat_entries;
   if (cap < clusters)
     cap = clusters;
-  pthread_rwlock_wrlock(&disk->rw);
+  disk_lock_exclusive(disk);
   if (!disk->dirty || disk->dirty_bytes < div_round_up(cap, 8)) {
     uint8_t *b = calloc(div_round_up(cap, 8), 1);
     if (!b) {
-      pthread_rwlock_unlock(&disk->rw);
+      disk_unlock_exclusive(disk);
       return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
     }
     free(disk->dirty);
@@ -510,28 +582,28 @@ int ploop_disk_dirty_start(struct ploop_disk *disk)
     memset(disk->dirty, 0, disk->dirty_bytes);
   }
   disk->dirty_on = true;
-  pthread_rwlock_unlock(&disk->rw);
+  disk_unlock_exclusive(disk);
   return 0;
 }
 
 int ploop_disk_dirty_stop(struct ploop_disk *disk)
 {
-  pthread_rwlock_wrlock(&disk->rw);
+  disk_lock_exclusive(disk);
   disk->dirty_on = false;
-  pthread_rwlock_unlock(&disk->rw);
+  disk_unlock_exclusive(disk);
   return 0;
 }
 
 int ploop_disk_dirty_get(struct ploop_disk *disk, uint8_t *bitmap, size_t bytes, bool clear)
 {
-  pthread_rwlock_wrlock(&disk->rw); /* no write in flight: copy and clear are atomic */
+  disk_lock_exclusive(disk); /* no write in flight: copy and clear are atomic */
   if (!disk->dirty_on) {
-    pthread_rwlock_unlock(&disk->rw);
+    disk_unlock_exclusive(disk);
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: dirty tracking is not started", disk->dir);
   }
   size_t need = (size_t)div_round_up(div_round_up(disk->size_bytes, disk->cluster_bytes), 8);
   if (bytes < need) {
-    pthread_rwlock_unlock(&disk->rw);
+    disk_unlock_exclusive(disk);
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: dirty bitmap needs %zu bytes, got %zu", disk->dir, need,
                        bytes);
   }
@@ -539,7 +611,7 @@ int ploop_disk_dirty_get(struct ploop_disk *disk, uint8_t *bitmap, size_t bytes,
   memset(bitmap + need, 0, bytes - need);
   if (clear)
     memset(disk->dirty, 0, disk->dirty_bytes);
-  pthread_rwlock_unlock(&disk->rw);
+  disk_unlock_exclusive(disk);
   return 0;
 }
 

@@ -153,13 +153,21 @@ struct ploop_disk {
   unsigned open_flags;
   uint64_t size_bytes;
   uint64_t cluster_bytes;
-  pthread_rwlock_t rw; /* I/O: read side; structure changes: write side */
+  pthread_rwlock_t rw; /* I/O: read side; structure changes: disk_lock_exclusive */
+  unsigned pins;       /* mappings handed out by ploop_disk_map, not yet unmapped */
+  unsigned draining;   /* structure changes waiting for the pins to go */
+  pthread_mutex_t pin_lock;
+  pthread_cond_t pin_cond;
   int lock_fd;
   uint8_t *dirty; /* dirty-tracking bitmap, one bit per cluster */
   size_t dirty_bytes;
   bool dirty_on;
   char *snapshot_guid; /* set for a read-only snapshot view */
 };
+/* Structure changes take the disk this way: no I/O in flight through the
+ * library or through a pinned mapping (ploop_disk_map). */
+void disk_lock_exclusive(struct ploop_disk *disk);
+void disk_unlock_exclusive(struct ploop_disk *disk);
 /* Read virtual cluster VC range from deltas starting at depth index FROM (0 = top). */
 int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc, uint64_t coff, void *buf,
                             size_t len);

@@ -148,7 +148,7 @@ int ploop_disk_resize(struct ploop_disk *disk, uint64_t new_bytes, unsigned flag
     return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: resize needs the disk open read-write", disk->dir);
   if (new_bytes == 0)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size must be greater than zero", disk->dir);
-  pthread_rwlock_wrlock(&disk->rw);
+  disk_lock_exclusive(disk);
   int rc = -1;
   struct ploop_delta *top = disk->deltas[0];
   uint64_t cb = disk->cluster_bytes;
@@ -205,7 +205,7 @@ int ploop_disk_resize(struct ploop_disk *disk, uint64_t new_bytes, unsigned flag
   rc = 0;
 out:
   ploop_descriptor_free(nd);
-  pthread_rwlock_unlock(&disk->rw);
+  disk_unlock_exclusive(disk);
   return rc;
 }
 
@@ -226,7 +226,7 @@ int ploop_disk_compact(struct ploop_disk *disk, uint64_t *bytes_reclaimed)
     *bytes_reclaimed = 0;
   if (!disk->rdwr || disk->snapshot_guid)
     return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: compaction needs the disk open read-write", disk->dir);
-  pthread_rwlock_wrlock(&disk->rw);
+  disk_lock_exclusive(disk);
   struct ploop_delta *d = disk->deltas[0];
   int rc = 0;
   uint64_t *owner = NULL; /* physical cluster -> virtual cluster + 1 */
@@ -285,6 +285,6 @@ int ploop_disk_compact(struct ploop_disk *disk, uint64_t *bytes_reclaimed)
 out:
   free(owner);
   free(buf);
-  pthread_rwlock_unlock(&disk->rw);
+  disk_unlock_exclusive(disk);
   return rc;
 }

@@ -46,7 +46,7 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
   struct ploop_descriptor *nd = NULL;
   struct ploop_delta *nt = NULL;
   int rc = -1, dfd = -1, tfd = -1;
-  pthread_rwlock_wrlock(&disk->rw); /* drains in-flight I/O: nothing acknowledged is left out */
+  disk_lock_exclusive(disk); /* drains in-flight I/O: nothing acknowledged is left out */
   /* 127 images at most, as ploop: 126 snapshots and the top. */
   if (disk->n >= PLOOP_MAX_DELTAS - 1) {
     ploop_error(PLOOP_ERR_PARAM, EMLINK, "%s: at most %u snapshots", disk->dir, PLOOP_MAX_DELTAS - 2);
@@ -114,7 +114,7 @@ fail_unlink:
   nt = NULL;
   unlink(path);
 out:
-  pthread_rwlock_unlock(&disk->rw);
+  disk_unlock_exclusive(disk);
   ploop_descriptor_free(nd);
   return rc;
 }
