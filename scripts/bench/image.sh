@@ -3,7 +3,7 @@
 # random data, some zero holes) against `qemu-img convert` to and from
 # parallels; `ploop snapshot` on a 1 GiB and a 64 GiB thin disk holding 1 GiB
 # of data; merge of 1 GiB of data (`ploop snapshot-merge -A`) against
-# `qemu-img commit` of the same data in a qcow2 chain.  Every timed run ends
+# `qemu-img commit` of the same data in a qcow2 chain, in two layouts.  Every timed run ends
 # with its output durable (fsync of that output) and starts with cold caches (except
 # the snapshot latencies, see below).
 #   env: SIZE_MIB (default 1024), REPEAT (snapshot runs, default 5)
@@ -21,8 +21,9 @@ done
 [[ -x $PLOOP ]] || { echo "image bench: build first (make all)"; exit 1; }
 export PLOOP_NO_PROGRESS=1
 
-# Two sources, two images, two exports and the merge chains: about 6x the size.
-need_kb=$((SIZE_MIB * 6 * 1024))
+# Two sources, two images, two exports; the merge's second layout needs the
+# two sources, a+b and both chains of twice the size at once: about 8x.
+need_kb=$((SIZE_MIB * 8 * 1024))
 free_kb=$(df -k --output=avail /var/tmp | tail -1)
 if ((free_kb < need_kb)); then
   echo "image bench: needs $((need_kb / 1024)) MiB free in /var/tmp, has $((free_kb / 1024)) MiB; skipped"
@@ -131,16 +132,55 @@ if [[ -x $PLOOP_NBD ]]; then
 fi
 rm -rf "$W/disk" "$W/disk64"
 
-# --- merge 1 GiB of data down into the base
+# --- merge: a top holding SIZE of data (ploop snapshot-merge -A) against
+# qemu-img commit of the same data in a qcow2 chain, two layouts:
+#  1. the top rewrote every data cluster of the base (b over a): ours goes up,
+#     copying the base's clusters the top does not shadow (none) into the top,
+#     which then takes the base's file name; qemu commits the top's data down.
+#  2. the top's data lies beside the base's (b in the first half of a disk of
+#     twice SIZE, a in the second): both copy all of the top into new clusters
+#     of the base (ours goes down: up would copy as much).
+# Both sides end durable and free the merged-away data: ours fdatasyncs the
+# written delta, commits the descriptor and unlinks the merged-away file
+# before it returns; qemu-img commit fdatasyncs the base, then empties the top
+# (zero-range, ftruncate, fdatasync; strace shows it); `timed` adds the sync
+# of the output files on both sides, cheap after those.
+ino() { stat -c %i "$1"; }
+way() { [[ $1 == "$(ino "$2")" ]] && echo down || echo up; } # did the base file survive?
 "$PLOOP" import "$W/a.raw" "$W/m" >/dev/null
 "$PLOOP" snapshot "$W/m" >/dev/null
 "$PLOOP" import "$W/b.raw" "$W/m" >/dev/null
 qemu-img convert -f raw -O qcow2 "$W/a.raw" "$W/base.qcow2"
 qemu-img create -q -f qcow2 -b "$W/base.qcow2" -F qcow2 "$W/top.qcow2"
 qemu-img convert -n -f raw -O qcow2 "$W/b.raw" "$W/top.qcow2"
+base_ino=$(ino "$W/m/root.hds")
 t_ours=$(timed "$W/m" "$PLOOP" snapshot-merge -A "$W/m")
 t_qemu=$(timed "$W/base.qcow2" qemu-img commit -q "$W/top.qcow2")
-row "merge top into base (qcow2 commit)" "$t_ours" "$t_qemu"
+row "merge: top rewrote base (ours $(way "$base_ino" "$W/m/root.hds"))" "$t_ours" "$t_qemu"
 "$PLOOP" export -o "$W/m.raw" "$W/m" >/dev/null
 cmp "$W/b.raw" "$W/m.raw" || echo "WARNING: merged disk differs from its data"
+rm -rf "$W/m" "$W/m.raw" "$W/base.qcow2" "$W/top.qcow2"
+
+# Layout 2: the base from a in the second half of a sparse file; ours then
+# imports b+a (import writes only what differs: b's half), qemu writes b
+# into its top (a raw source shorter than the image: the rest stays unwritten).
+truncate -s "${SIZE_MIB}M" "$W/za.raw"
+cat "$W/a.raw" >>"$W/za.raw"
+cat "$W/b.raw" "$W/a.raw" >"$W/ba.raw"
+"$PLOOP" import "$W/za.raw" "$W/m" >/dev/null
+"$PLOOP" snapshot "$W/m" >/dev/null
+"$PLOOP" import "$W/ba.raw" "$W/m" >/dev/null
+qemu-img convert -f raw -O qcow2 "$W/za.raw" "$W/base.qcow2"
+qemu-img create -q -f qcow2 -b "$W/base.qcow2" -F qcow2 "$W/top.qcow2"
+qemu-img convert -n -f raw -O qcow2 "$W/b.raw" "$W/top.qcow2"
+rm -f "$W/za.raw"
+base_ino=$(ino "$W/m/root.hds")
+t_ours=$(timed "$W/m" "$PLOOP" snapshot-merge -A "$W/m")
+t_qemu=$(timed "$W/base.qcow2" qemu-img commit -q "$W/top.qcow2")
+row "merge: top beside base (ours $(way "$base_ino" "$W/m/root.hds"))" "$t_ours" "$t_qemu"
+"$PLOOP" export -o "$W/m.raw" "$W/m" >/dev/null
+cmp "$W/ba.raw" "$W/m.raw" || echo "WARNING: merged disk differs from its data"
+qemu-img convert -f qcow2 -O raw "$W/base.qcow2" "$W/q.raw"
+cmp "$W/ba.raw" "$W/q.raw" || echo "WARNING: qemu's committed base differs from the data"
+rm -rf "$W/m" "$W/m.raw" "$W/q.raw" "$W/ba.raw" "$W/base.qcow2" "$W/top.qcow2"
 echo "(ratio > 1: ploop is faster; every timing includes an fsync of the output)"
