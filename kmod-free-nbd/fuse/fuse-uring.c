@@ -179,20 +179,23 @@ static void serve(struct ring_thread *rt)
     int rc = io_uring_submit_and_wait(&rt->ring, 1);
     if (fs_session_stopping(rt->u->s) || (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY))
       break;
-    unsigned head, seen = 0;
     struct io_uring_cqe *cqe;
-    io_uring_for_each_cqe(&rt->ring, head, cqe)
-    {
-      seen++;
+    while (io_uring_peek_cqe(&rt->ring, &cqe) == 0) {
       struct ring_ent *e = io_uring_cqe_get_data(cqe);
-      if (cqe->res == 0)
+      int res = cqe->res;
+      io_uring_cqe_seen(&rt->ring, cqe);
+      if (res == 0) {
         handle(rt, e);
-      else if (cqe->res == -EINTR || cqe->res == -EAGAIN)
+        /* Another request is already here: send this answer now rather than
+         * after that one, whose backend I/O may block for a while. */
+        if (io_uring_cq_ready(&rt->ring) > 0)
+          io_uring_submit(&rt->ring);
+      } else if (res == -EINTR || res == -EAGAIN) {
         prep_cmd(rt, e, e->last_cmd);
-      else
+      } else {
         dead++; /* ENOTCONN, ECONNABORTED: the connection ended */
+      }
     }
-    io_uring_cq_advance(&rt->ring, seen);
   }
 }
 
@@ -226,8 +229,11 @@ struct fs_uring *fs_uring_start(struct fs_session *s, unsigned threads, unsigned
   u->nqueues = possible_cpus();
   u->depth = depth ? depth : 1;
   u->pin = pin;
-  /* At least one thread per queue; the rest spread evenly. */
-  u->nthreads = threads < u->nqueues ? u->nqueues : threads;
+  /* At least two threads per queue (a request waits for an entry of the
+   * queue of its own CPU, never another's); spread evenly. */
+  u->nthreads = threads < 2 * u->nqueues ? 2 * u->nqueues : threads;
+  if (u->nthreads > 1024) /* still at least one per queue */
+    u->nthreads = u->nqueues > 1024 ? u->nqueues : 1024;
   pthread_mutex_init(&u->lock, NULL);
   pthread_cond_init(&u->cond, NULL);
   u->t = calloc(u->nthreads, sizeof(*u->t));

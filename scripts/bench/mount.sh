@@ -5,7 +5,9 @@
 # `nbdkit file` + nbdfuse + loop.  Random 4k 70/30 at QD32 and sequential
 # 1 MiB writes and reads, O_DIRECT libaio on a file in the mounted fs.
 # Prints IOPS/bandwidth side by side and ratios to the direct-I/O loop.
-#   env: RUNTIME (s per job, default 10), ROUNDS (default 2), SIZE (fio file, default 1G)
+#   env: RUNTIME (s per job, default 10), ROUNDS (default 2), SIZE (fio file, default 1G),
+#   BENCH_DIR (where the images live, default /var/tmp; /dev/shm takes the shared disk's
+#   noise out and shows what each path costs in CPU)
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${PLOOP_BUILD:-$TOP/build}
@@ -22,7 +24,7 @@ done
 [[ $(id -u) -eq 0 && -c /dev/fuse ]] || { echo "mount bench: needs root and /dev/fuse, skipped"; exit 0; }
 [[ -x $PLOOP && -x $PLOOP_NBD ]] || { echo "mount bench: build first (make all)"; exit 1; }
 
-W=$(mktemp -d /var/tmp/ploop-bench-mount.XXXXXX)
+W=$(mktemp -d "${BENCH_DIR:-/var/tmp}/ploop-bench-mount.XXXXXX")
 undo=()
 at_exit() {
   local i
@@ -58,7 +60,7 @@ layout() {
     --ioengine=libaio --iodepth=8 >/dev/null 2>&1
 }
 
-echo "mount bench: ext4 on each path, fio file $SIZE, ${RUNTIME}s per job, best of $ROUNDS interleaved rounds (2 cores)"
+echo "mount bench: ext4 on each path, images in ${BENCH_DIR:-/var/tmp}, fio file $SIZE, ${RUNTIME}s per job, best of $ROUNDS interleaved rounds ($(nproc) cores)"
 
 # 1. Raw file + loop with direct I/O: the ceiling.
 mkdir -p "$W/raw.mnt"
