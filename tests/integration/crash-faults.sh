@@ -125,6 +125,68 @@ head -c $((8 << 20)) "$TMP/m2.raw" >"$TMP/m2-8M.raw"
 fault_sweep "shrink --force" "resize --force -s 8M" "$TMP/m2.raw" "$TMP/m2-8M.raw"
 fault_sweep "convert to v1" "convert -v 1" "$TMP/m2.raw"
 
+# Online: the same verbs sent to a ploop-nbd serving the disk, which is the
+# process killed. Only the points the verb passes count (not the daemon's
+# start).
+export PLOOP_RUN_DIR=$TMP/run
+SOCK=$TMP/nbd.sock
+serve() { # serve ENV...: start ploop-nbd on $D with ENV, wait for its socket
+  rm -f "$SOCK"
+  env "$@" "$PLOOP_NBD" -U "$SOCK" "$D" 2>"$TMP/server.log" &
+  SPID=$!
+  disown "$SPID" # its end is checked through the trace, without bash's "Killed" line
+  local i
+  for i in $(seq 100); do [[ -S $SOCK ]] && return 0; sleep 0.05; done
+  fail "ploop-nbd did not start: $(cat "$TMP/server.log")"
+}
+gone() { # gone PID: wait up to 10 s for it to end
+  local i
+  for i in $(seq 200); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done
+  return 1
+}
+online_sweep() {
+  local name="online $1" verb=$2 before=$3 after=${4:-$3} start end k rc out
+  fresh
+  rm -f "$TMP/trace"
+  serve PLOOP_FAULT_TRACE="$TMP/trace"
+  start=$(wc -l <"$TMP/trace")
+  # shellcheck disable=SC2086
+  $PLOOP $verb "$D" >/dev/null || fail "$name: traced run failed"
+  end=$(wc -l <"$TMP/trace")
+  kill "$SPID"
+  gone "$SPID" || fail "$name: ploop-nbd did not stop"
+  reads_as "$name (no fault)" "$after"
+  ((end > start)) || fail "$name: passed no fault point"
+  for ((k = start + 1; k <= end; k++)); do
+    local what
+    what="$name, daemon killed at point $k ($(sed -n "${k}p" "$TMP/trace" | cut -d' ' -f2))"
+    fresh
+    rm -f "$TMP/trace"
+    serve PLOOP_FAULT_INJECT=$k PLOOP_FAULT_TRACE="$TMP/trace"
+    # shellcheck disable=SC2086
+    $PLOOP $verb "$D" >/dev/null 2>&1 && fail "$what: the verb succeeded though the daemon was killed"
+    gone "$SPID" || fail "$what: ploop-nbd still runs"
+    [[ $(tail -1 "$TMP/trace" | cut -d' ' -f1) == "$k" ]] ||
+      fail "$what: ploop-nbd ended without reaching point $k: $(cat "$TMP/server.log")"
+    check_deltas "$what"
+    out=$($PLOOP check -r "$D" 2>&1) || fail "$what: check -r: $out"
+    reads_as "$what" "$before" "$after"
+    rc=0
+    # shellcheck disable=SC2086
+    out=$($PLOOP $verb "$D" 2>&1) || rc=$?
+    [[ $rc -eq 0 ]] || fail "$what: rerun offline exited $rc: $out"
+    reads_as "$what, then rerun" "$after"
+    qemu_check "$what, then rerun"
+    total=$((total + 1))
+  done
+  echo "$name: daemon killed at each of the $((end - start)) fault points the verb passes"
+}
+if [[ -x $PLOOP_NBD ]]; then
+  online_sweep "snapshot" "snapshot" "$TMP/m2.raw"
+  online_sweep "merge" "snapshot-merge" "$TMP/m2.raw"
+  online_sweep "grow" "resize -s 1G" "$TMP/m2.raw"
+fi
+
 # A top that rewrote most of its parent: the merge goes up (the parent's few
 # unshadowed clusters are copied into the top, which then takes the
 # parent's file name).
