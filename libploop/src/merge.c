@@ -2,7 +2,10 @@
  * parent is marked Temporary in the descriptor before it changes (so no one
  * serves it as a snapshot), only clusters the child holds are written into
  * it (reads through the child see the same data at every step), and the
- * descriptor switch that drops the child comes after the parent is durable. */
+ * descriptor switch that drops the child comes after the parent is durable.
+ * Offline, when fewer clusters move that way, the merge goes up instead: the
+ * parent's clusters the child lacks are copied into the child (the parent is
+ * never written), and the child takes the parent's place and file name. */
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
