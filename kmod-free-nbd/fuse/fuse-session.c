@@ -55,7 +55,6 @@ struct fs_session {
   fs_handler_fn handler;
   void *opaque;
   struct fs_uring *ring;
-  bool ring_active; /* the kernel sends requests through the ring */
   unsigned proto_minor;
   pthread_t *threads;
   unsigned nthreads, threads_cap;
@@ -95,11 +94,6 @@ static void install_stop_signal(void)
 }
 
 int fs_session_fd(const struct fs_session *s) { return s->fd; }
-
-const char *fs_session_transport(const struct fs_session *s)
-{
-  return s->ring_active ? "io_uring" : "/dev/fuse";
-}
 
 void fs_thread_started(struct fs_session *s)
 {
@@ -501,8 +495,7 @@ struct fs_session *fs_session_start(const struct fs_session_params *p)
     s->ring = fs_uring_start(s, env_unsigned("PLOOP_FUSE_THREADS", URING_THREADS, 256),
                              env_unsigned("PLOOP_FUSE_URING_DEPTH", URING_DEPTH, 64),
                              env_unsigned("PLOOP_FUSE_URING_PIN", 0, 1) == 1, why, sizeof(why));
-    s->ring_active = s->ring && fs_uring_ok(s->ring) && ring_answers(s);
-    if (!s->ring_active) {
+    if (!s->ring || !fs_uring_ok(s->ring) || !ring_answers(s)) {
       /* The kernel refused the ring (or never switched to it): serve
        * everything from /dev/fuse.  Entries already registered stay idle. */
       if (getenv("PLOOP_FUSE_DEBUG"))

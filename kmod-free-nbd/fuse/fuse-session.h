@@ -48,8 +48,6 @@ struct fs_session_params {
 
 /* Mounts and starts serving; NULL on error (ploop_get_error()). */
 struct fs_session *fs_session_start(const struct fs_session_params *p);
-/* "io_uring" or "/dev/fuse": the transport that serves requests. */
-const char *fs_session_transport(const struct fs_session *s);
 /* Drops the kernel's cached attributes of inode INO. */
 void fs_session_inval_inode(struct fs_session *s, uint64_t ino);
 /* Detaches the mount, ends the connection (a user still holding the file
