@@ -456,14 +456,15 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
       if (rc == 0)
         merge_next_read(&ms, fin[i]);
     }
+    /* In bytes, as import and export report (the CLI shows a rate). */
     if (progress && rc == 0 && (done - reported >= ms.depth || (done > reported && !ms.aio.inflight))) {
-      progress(opaque, done, total);
+      progress(opaque, done * ms.cb, total * ms.cb);
       reported = done;
     }
   }
   /* A progress display reaches its end even when there was nothing to copy. */
   if (progress && rc == 0 && reported == done_base)
-    progress(opaque, done, total);
+    progress(opaque, done * ms.cb, total * ms.cb);
   /* Over-reserved tail (zero clusters skipped): give it back. */
   uint64_t used = p->alloc_head * ms.cb;
   if (rc == 0 && !p->raw && ms.reserved > size0 && ms.reserved > used &&

@@ -98,8 +98,8 @@ static void merge_up_commit_descriptor(struct ploop_descriptor *d, const char *c
 /* Merging up: the parent is never written, so its snapshot view and the
  * child's stay what they were at every step (no Temporary mark needed); a
  * crash before the descriptor switch leaves the child holding some copies
- * of its parent's clusters. X is open read-write, P read-only; both are
- * closed here. */
+ * of its parent's clusters. X is open read-write (read-only when UP is 0),
+ * P read-only; both are closed here. */
 static int merge_up(struct ploop_descriptor *d, const char *child, const char *parent, struct ploop_delta *x,
                     struct ploop_delta *p, uint64_t up, ploop_progress_fn progress, void *opaque)
 {
@@ -108,7 +108,7 @@ static int merge_up(struct ploop_descriptor *d, const char *child, const char *p
   int rc = -1;
   if (!child_path || !parent_path || !parent_file)
     goto out;
-  if (merge_fill_holes(p, x, progress, opaque, up) < 0)
+  if (up && merge_fill_holes(p, x, progress, opaque, up) < 0)
     goto out;
   rc = delta_close(x, true);
   x = NULL;
@@ -174,10 +174,14 @@ int merge_child_into_parent(struct ploop_descriptor *d, const char *child, ploop
     goto out;
   uint64_t up;
   if (merge_up_cheaper(x, p, &up)) {
-    delta_close(x, false);
-    x = delta_open_image(d, ci, PLOOP_OPEN_RDWR);
-    if (!x)
-      goto out;
+    /* Nothing to copy (the child shadows all of its parent): the child's
+     * file stays as it is, not even its header is rewritten. */
+    if (up) {
+      delta_close(x, false);
+      x = delta_open_image(d, ci, PLOOP_OPEN_RDWR);
+      if (!x)
+        goto out;
+    }
     rc = merge_up(d, child, parent, x, p, up, progress, opaque);
     x = p = NULL;
     free(child_path);

@@ -71,8 +71,8 @@ Test(merge, up_when_the_child_rewrote_its_parent)
   cr_assert_eq(inode_of(now), top_ino, "merging up keeps the top's file (written up, not down)");
   cr_assert(!file_exists(top), "%s: the top's old name is left behind", top);
   cr_assert_eq(stray_files(), 1, "a merged-away file is left in the directory");
-  cr_assert_eq(pr.last_done, 4, "the way up copies the 4 parent clusters the top lacks");
-  cr_assert_eq(pr.last_total, 4);
+  cr_assert_eq(pr.last_done, 4 * CL, "the way up copies the 4 parent clusters the top lacks");
+  cr_assert_eq(pr.last_total, 4 * CL);
   assert_disk_is(model, "after merging up");
   assert_all_deltas_clean();
   struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
@@ -110,7 +110,8 @@ Test(merge, down_when_the_child_is_small)
   cr_assert_str_eq(now, base);
   cr_assert_eq(inode_of(now), base_ino, "merging down writes into the base's file");
   cr_assert_eq(stray_files(), 1);
-  cr_assert_eq(pr.last_done, 3, "the way down copies the top's 3 clusters");
+  cr_assert_eq(pr.last_done, 3 * CL, "the way down copies the top's 3 clusters (progress in bytes)");
+  cr_assert_eq(pr.last_total, 3 * CL);
   assert_disk_is(model, "after merging down");
   assert_all_deltas_clean();
   free(base);
@@ -179,9 +180,22 @@ Test(merge, delete_goes_up_when_cheaper)
   put(disk, 2, 0, 8 * CL);
   model_put(model, 2, 0, 8 * CL);
   OK(ploop_disk_close(disk));
+  char *top = NOTNULL(image_path(PLOOP_TOP_GUID));
+  struct stat before;
+  cr_assert_eq(stat(top, &before), 0);
   OK(ploop_snapshot_delete(test_dir, s1));
   cr_assert_eq(n_images(), 1);
   cr_assert_eq(stray_files(), 1);
+  /* The top shadowed every cluster: nothing to copy, its file is kept as
+   * it was (not even the header rewritten) under the base's name. */
+  char *now = NOTNULL(image_path(PLOOP_TOP_GUID));
+  struct stat after;
+  cr_assert_eq(stat(now, &after), 0);
+  cr_assert_eq(after.st_ino, before.st_ino);
+  cr_assert(after.st_mtim.tv_sec == before.st_mtim.tv_sec && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec,
+            "the top's file was written");
+  free(top);
+  free(now);
   assert_disk_is(model, "after deleting the base snapshot");
   assert_all_deltas_clean();
 }
