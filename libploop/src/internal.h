@@ -189,6 +189,11 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
                ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats);
 int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, ploop_progress_fn progress,
                      void *opaque, uint64_t done_base, uint64_t total);
+/* Copies into DST every cluster SRC holds and DST lacks, within DST's size;
+ * DST's own clusters are never written. Ends with DST flushed (data, then
+ * BAT, durable). */
+int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress, void *opaque,
+                     uint64_t total);
 /* Undo an interrupted version conversion from its backup (check -r). 1 = restored, 0 = no backup. */
 int convert_restore_backup(const char *path);
 

@@ -41,13 +41,6 @@ void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, voi
                int write);
 int aio_reap(struct ploop_aio *a, unsigned *slots, bool *failed);
 
-/* (Belongs beside merge_delta_into in internal.h.) Copies into DST every
- * cluster SRC holds and DST lacks, within DST's size; DST's own clusters
- * are never written. Ends with DST flushed (data, then BAT, durable). */
-struct ploop_delta;
-int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress, void *opaque,
-                     uint64_t total);
-
 /* fdatasync up to 8 FDs at once, so their latencies overlap. */
 int sync_all(const int *fds, const char *const *paths, unsigned n);
 

@@ -128,12 +128,14 @@ static int merge_up(struct ploop_descriptor *d, const char *child, const char *p
     ploop_error_os(parent_path, "remove merged delta");
     goto out;
   }
+  ploop_fault_point("merge-up-parent-removed");
   rc = 0;
   /* The new link must be on disk before a descriptor names it. */
   char *parent_dir = ploop_strdup(parent_path);
   bool linked = parent_dir && link(child_path, parent_path) == 0 && ploop_fsync_dir(dirname(parent_dir)) == 0;
   free(parent_dir);
   if (linked) {
+    ploop_fault_point("merge-up-linked");
     for (size_t i = 0; i < d->n_images; i++)
       if (!strcmp(d->images[i].guid, child)) {
         free(d->images[i].file);
@@ -144,6 +146,8 @@ static int merge_up(struct ploop_descriptor *d, const char *child, const char *p
       rc = -1;
     else if (unlink(child_path) < 0)
       rc = ploop_error_os(child_path, "remove the merged delta's old name");
+    else
+      ploop_fault_point("merge-up-old-name-removed");
   }
 out:
   /* On failure X holds copies of some of P's clusters, flushed in order:
@@ -208,6 +212,8 @@ out:
   delta_close(x, false);
   if (rc == 0 && unlink(child_path) < 0)
     rc = ploop_error_os(child_path, "remove merged delta");
+  if (rc == 0)
+    ploop_fault_point("merge-child-removed");
   free(child_path);
   if (rc < 0)
     ploop_error_wrap("merge %s", child);
@@ -271,9 +277,9 @@ static int disk_merge_index(struct ploop_disk *disk, unsigned i, ploop_progress_
   struct ploop_descriptor *d = NULL;
   struct ploop_delta *p = NULL;
   int rc = -1;
-  bool top = i == 0;
+  bool top = i == 0, exclusive = top;
   if (top)
-    pthread_rwlock_wrlock(&disk->rw);
+    disk_lock_exclusive(disk);
   else
     pthread_rwlock_rdlock(&disk->rw);
   d = descriptor_dup(disk->desc);
@@ -296,7 +302,8 @@ static int disk_merge_index(struct ploop_disk *disk, unsigned i, ploop_progress_
     goto unlock;
   if (!top) {
     pthread_rwlock_unlock(&disk->rw);
-    pthread_rwlock_wrlock(&disk->rw);
+    disk_lock_exclusive(disk); /* mappings of the child or old parent end first */
+    exclusive = true;
   }
   merge_commit_descriptor(d, child, parent);
   if (ploop_descriptor_save(d) < 0)
@@ -320,10 +327,15 @@ static int disk_merge_index(struct ploop_disk *disk, unsigned i, ploop_progress_
   delta_close(old_p, false);
   if (xpath && unlink(xpath) < 0)
     ploop_error_os(xpath, "remove merged delta");
+  else
+    ploop_fault_point("merge-child-removed");
   free(xpath);
   rc = 0;
 unlock:
-  pthread_rwlock_unlock(&disk->rw);
+  if (exclusive)
+    disk_unlock_exclusive(disk);
+  else
+    pthread_rwlock_unlock(&disk->rw);
   if (p)
     delta_close(p, true);
   ploop_descriptor_free(d);
