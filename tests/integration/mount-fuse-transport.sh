@@ -32,7 +32,7 @@ run_case() { # run_case NAME URING(0|1)
 
   # Parallel small and large requests, checked on read back.
   fio --name=v --filename="$MP/fio.dat" --size=48M --direct=1 --ioengine=libaio --iodepth=32 \
-    --rw=randwrite --bsrange=4k-1m --verify=crc32c --verify_fatal=1 --do_verify=1 \
+    --rw=randwrite --bsrange=4k-1m --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
     --output="$TMP/$name.fio" >/dev/null 2>&1 || { cat "$TMP/$name.fio"; fail "$name: fio verify failed"; }
   head -c 3000000 /dev/urandom >"$MP/kept"
   sync "$MP/kept"
