@@ -3,7 +3,6 @@
  * conversion keeps a backup of the BAT and sets CIF_FmtVersionConvert
  * while the BAT is rewritten; `ploop check -r` restores from the backup. */
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,16 +12,6 @@
 static void backup_path(const char *path, char *out, size_t len)
 {
   snprintf(out, len, "%s.convert-backup", path);
-}
-
-static int fsync_parent(const char *path)
-{
-  char *c = ploop_strdup(path);
-  if (!c)
-    return -1;
-  int rc = ploop_fsync_dir(dirname(c));
-  free(c);
-  return rc;
 }
 
 /* Is PATH's conversion mark set? 1 yes, 0 no, -1 error. */
@@ -62,7 +51,7 @@ int convert_restore_backup(const char *path)
       return -1;
     if (unlink(bp) < 0 && errno != ENOENT)
       return ploop_error_os(bp, "remove stale conversion backup");
-    return fsync_parent(path) < 0 ? -1 : 1;
+    return ploop_fsync_parent(path) < 0 ? -1 : 1;
   }
   off_t len = lseek(bfd, 0, SEEK_END);
   int rc = -1, fd = -1;
@@ -89,7 +78,7 @@ int convert_restore_backup(const char *path)
     ploop_error_os(path, "fdatasync");
     goto out;
   }
-  if (unlink(bp) < 0 || fsync_parent(path) < 0)
+  if (unlink(bp) < 0 || ploop_fsync_parent(path) < 0)
     goto out;
   rc = 1;
 out:
@@ -147,7 +136,7 @@ static int convert_delta_version(const char *path, int version)
     goto out;
   }
   close(bfd);
-  if (fsync_parent(path) < 0)
+  if (ploop_fsync_parent(path) < 0)
     goto out;
   ploop_fault_point("convert-backup-durable");
   /* 2: mark the conversion, 3: rewrite the BAT, 4: clear the mark. */
@@ -168,7 +157,7 @@ static int convert_delta_version(const char *path, int version)
   d->h.flags &= ~PLOOP_CIF_FMT_CONVERT;
   if (delta_write_header(d) < 0)
     goto out;
-  if (unlink(bp) < 0 || fsync_parent(path) < 0)
+  if (unlink(bp) < 0 || ploop_fsync_parent(path) < 0)
     goto out;
   ploop_fault_point("convert-backup-removed");
   rc = 0;

@@ -340,7 +340,7 @@ static bool merge_next_read(struct merge_state *ms, unsigned s)
   return false;
 }
 
-/* New clusters are appended: extend P (ftruncate, see reserve_clusters) for
+/* New clusters are appended: extend P (reserve_clusters) for
  * this one and as many of the next as can be in flight, so the extension is
  * one call per queue's worth, not one per cluster. A crash leaves the extra
  * tail unreferenced (lost space, which check reports), never a bad entry. */
@@ -349,8 +349,8 @@ static int merge_reserve(struct merge_state *ms, uint64_t off)
   if (off + ms->cb <= ms->reserved)
     return 0;
   uint64_t ahead = min_u64(ms->fresh_left + 1, ms->depth);
-  if (ftruncate(ms->p->fd, (off_t)(off + ahead * ms->cb)) < 0)
-    return ploop_error_os(ms->p->path, "extend");
+  if (reserve_clusters(ms->p, off, ahead) < 0)
+    return -1;
   ms->reserved = off + ahead * ms->cb;
   return 0;
 }

@@ -133,13 +133,7 @@ int ploop_delta_create(const char *path, const struct ploop_delta_create_params 
 {
   if (delta_create_file(path, p, false) < 0)
     return -1;
-  char *dir = ploop_strdup(path);
-  if (!dir)
-    return -1;
-  char *slash = strrchr(dir, '/');
-  int rc = ploop_fsync_dir(slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".");
-  free(dir);
-  return rc;
+  return ploop_fsync_parent(path);
 }
 
 static int corrupt(const char *path, const char *fmt, unsigned long long a, unsigned long long b)

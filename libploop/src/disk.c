@@ -396,8 +396,9 @@ int ploop_disk_map(struct ploop_disk *disk, uint64_t off, size_t len, unsigned f
     uint64_t at = 0;
     unsigned depth;
     if (write) {
-      at = DELTA_OFF(delta_lookup(disk->deltas[0], vc));
-      depth = at || disk->deltas[0]->raw ? 1 : 0;
+      uint64_t o = delta_lookup(disk->deltas[0], vc); /* only the top is written */
+      depth = o != 0;
+      at = DELTA_OFF(o);
     } else {
       depth = disk_find(disk, 0, vc, &at);
     }

@@ -47,6 +47,7 @@ bool ploop_is_zero(const void *buf, size_t len);
 int ploop_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *path);
 int ploop_pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const char *path);
 int ploop_fsync_dir(const char *dir);
+int ploop_fsync_parent(const char *path); /* the directory that holds PATH */
 char *ploop_strdup(const char *s); /* sets error on failure */
 /* A step of a structural operation is durable: crash tests may kill the
  * process here (fault.c; PLOOP_FAULT_INJECT / PLOOP_FAULT_TRACE). */

@@ -41,7 +41,7 @@ void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, voi
                int write);
 int aio_reap(struct ploop_aio *a, unsigned *slots, bool *failed);
 
-/* fdatasync up to 8 FDs at once, so their latencies overlap. */
+/* fdatasync N FDs, up to 8 at once, so their latencies overlap. */
 int sync_all(const int *fds, const char *const *paths, unsigned n);
 
 #endif

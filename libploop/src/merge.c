@@ -7,7 +7,6 @@
  * parent's clusters the child lacks are copied into the child (the parent is
  * never written), and the child takes the parent's place and file name. */
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -131,10 +130,7 @@ static int merge_up(struct ploop_descriptor *d, const char *child, const char *p
   ploop_fault_point("merge-up-parent-removed");
   rc = 0;
   /* The new link must be on disk before a descriptor names it. */
-  char *parent_dir = ploop_strdup(parent_path);
-  bool linked = parent_dir && link(child_path, parent_path) == 0 && ploop_fsync_dir(dirname(parent_dir)) == 0;
-  free(parent_dir);
-  if (linked) {
+  if (link(child_path, parent_path) == 0 && ploop_fsync_parent(parent_path) == 0) {
     ploop_fault_point("merge-up-linked");
     for (size_t i = 0; i < d->n_images; i++)
       if (!strcmp(d->images[i].guid, child)) {

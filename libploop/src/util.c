@@ -1,6 +1,7 @@
 /* Small helpers: aligned buffers, full-length I/O, sizes, UUIDs. */
 #include <ctype.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -85,6 +86,16 @@ int ploop_fsync_dir(const char *dir)
     return ploop_error_os(dir, "fsync directory");
   }
   return 0;
+}
+
+int ploop_fsync_parent(const char *path)
+{
+  char *c = ploop_strdup(path);
+  if (!c)
+    return -1;
+  int rc = ploop_fsync_dir(dirname(c));
+  free(c);
+  return rc;
 }
 
 char *ploop_strdup(const char *s)
