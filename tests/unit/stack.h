@@ -143,6 +143,31 @@ static inline void *cwriter_run(void *arg)
   return NULL;
 }
 
+/* NWRITERS cwriters on DISK, started and stopped together. */
+struct writers {
+  pthread_t t[NWRITERS];
+  struct cwriter w[NWRITERS];
+  volatile int stop;
+};
+
+static inline void writers_start(struct writers *ws, struct ploop_disk *disk, uint64_t *done)
+{
+  ws->stop = 0;
+  for (int i = 0; i < NWRITERS; i++) {
+    ws->w[i] = (struct cwriter){disk, i, &ws->stop, 0, done};
+    cr_assert_eq(pthread_create(&ws->t[i], NULL, cwriter_run, &ws->w[i]), 0);
+  }
+}
+
+static inline void writers_stop(struct writers *ws)
+{
+  ws->stop = 1;
+  for (int i = 0; i < NWRITERS; i++) {
+    pthread_join(ws->t[i], NULL);
+    cr_assert_eq(ws->w[i].failed, 0, "writer %d failed: %s", i, ploop_get_error());
+  }
+}
+
 /* Version of each cluster in a view (0 = never written); fails on a torn one. */
 static inline void view_versions(const char *guid, uint64_t *ver)
 {

@@ -155,22 +155,13 @@ Test(resize, online_grow_with_relocation_under_concurrent_writers)
   static uint64_t done[NCLUSTERS];
   make_disk(DISK_SIZE, CL / 512);
   struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  volatile int stop = 0;
-  pthread_t t[NWRITERS];
-  struct cwriter w[NWRITERS];
-  for (int i = 0; i < NWRITERS; i++) {
-    w[i] = (struct cwriter){disk, i, &stop, 0, done};
-    cr_assert_eq(pthread_create(&t[i], NULL, cwriter_run, &w[i]), 0);
-  }
+  struct writers ws;
+  writers_start(&ws, disk, done);
   usleep(30000);
   OK(ploop_disk_resize(disk, 512ull << 20, 0));
   cr_assert_eq(ploop_disk_size(disk), 512ull << 20);
   usleep(30000);
-  stop = 1;
-  for (int i = 0; i < NWRITERS; i++) {
-    pthread_join(t[i], NULL);
-    cr_assert_eq(w[i].failed, 0, "writer %d failed: %s", i, ploop_get_error());
-  }
+  writers_stop(&ws);
   OK(ploop_disk_close(disk));
   uint64_t v[NCLUSTERS];
   view_versions(NULL, v);

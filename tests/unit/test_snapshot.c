@@ -295,13 +295,8 @@ Test(snapshot, online_snapshots_under_concurrent_writers_are_consistent)
   static uint64_t done[NCLUSTERS];
   make_disk(DISK_SIZE, CL / 512);
   struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  volatile int stop = 0;
-  pthread_t t[NWRITERS];
-  struct cwriter w[NWRITERS];
-  for (int i = 0; i < NWRITERS; i++) {
-    w[i] = (struct cwriter){disk, i, &stop, 0, done};
-    cr_assert_eq(pthread_create(&t[i], NULL, cwriter_run, &w[i]), 0);
-  }
+  struct writers ws;
+  writers_start(&ws, disk, done);
   enum { NSNAP = 5 };
   char snaps[NSNAP][PLOOP_UUID_LEN + 1];
   for (int k = 0; k < NSNAP; k++) {
@@ -309,11 +304,7 @@ Test(snapshot, online_snapshots_under_concurrent_writers_are_consistent)
     OK(ploop_disk_snapshot(disk, NULL, snaps[k]));
   }
   usleep(20000);
-  stop = 1;
-  for (int i = 0; i < NWRITERS; i++) {
-    pthread_join(t[i], NULL);
-    cr_assert_eq(w[i].failed, 0, "writer %d failed: %s", i, ploop_get_error());
-  }
+  writers_stop(&ws);
   OK(ploop_disk_close(disk));
   /* Every view holds whole writes only, and versions only move forward. */
   uint64_t prev[NCLUSTERS] = {0}, cur[NCLUSTERS];
@@ -335,13 +326,8 @@ Test(snapshot, online_merge_under_concurrent_writers)
   static uint64_t done[NCLUSTERS];
   make_disk(DISK_SIZE, CL / 512);
   struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  volatile int stop = 0;
-  pthread_t t[NWRITERS];
-  struct cwriter w[NWRITERS];
-  for (int i = 0; i < NWRITERS; i++) {
-    w[i] = (struct cwriter){disk, i, &stop, 0, done};
-    cr_assert_eq(pthread_create(&t[i], NULL, cwriter_run, &w[i]), 0);
-  }
+  struct writers ws;
+  writers_start(&ws, disk, done);
   char g[PLOOP_UUID_LEN + 1];
   for (int k = 0; k < 3; k++) {
     usleep(10000);
@@ -351,11 +337,7 @@ Test(snapshot, online_merge_under_concurrent_writers)
   OK(ploop_disk_merge(disk, NULL, true, NULL, NULL));
   cr_assert_eq(ploop_disk_depth(disk), 1);
   usleep(10000);
-  stop = 1;
-  for (int i = 0; i < NWRITERS; i++) {
-    pthread_join(t[i], NULL);
-    cr_assert_eq(w[i].failed, 0, "writer %d failed: %s", i, ploop_get_error());
-  }
+  writers_stop(&ws);
   /* The last version each writer completed is what the disk holds. */
   OK(ploop_disk_close(disk));
   uint64_t v[NCLUSTERS];
