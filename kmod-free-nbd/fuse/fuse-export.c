@@ -122,6 +122,53 @@ static void op_open(struct ploop_fuse_export *fx, struct fs_req *r)
   fs_reply(r, 0, &out, sizeof(out));
 }
 
+/* A mapped read or write done by the ring: drop the pin, answer, or take
+ * the blocking path for what the direct I/O could not do in one go (a short
+ * transfer, an alignment the file refused). */
+static void mapped_done(void *arg, struct fs_req *r, int res)
+{
+  struct ploop_fuse_export *fx = arg;
+  ploop_disk_unmap(fx->disk);
+  if (res >= 0 && (size_t)res == r->io_len) {
+    if (r->in->opcode == FUSE_READ) {
+      fs_reply(r, 0, r->out, r->io_len);
+    } else {
+      struct fuse_write_out out = {.size = (uint32_t)r->io_len};
+      fs_reply(r, 0, &out, sizeof(out));
+    }
+  } else if (res >= 0 || res == -EINVAL || res == -EAGAIN) {
+    fs_defer(r);
+  } else {
+    fs_reply(r, -res, NULL, 0);
+  }
+}
+
+/* On a serving thread that must not block: has the ring do the I/O when the
+ * range lies in one cluster the disk holds (the write: in the top), answers
+ * a read of a hole with zeros, and leaves the rest (allocation, copy-up,
+ * ranges across clusters, a disk changing shape) to a worker.  True when
+ * the request is answered or on its way. */
+static bool try_mapped(struct ploop_fuse_export *fx, struct fs_req *r, uint64_t off, size_t size,
+                       bool write)
+{
+  struct ploop_mapping m;
+  int rc = ploop_disk_map(fx->disk, off, size, write ? PLOOP_MAP_WRITE : 0, &m);
+  if (rc < 0) {
+    fs_reply(r, disk_errno(), NULL, 0);
+    return true;
+  }
+  if (rc == PLOOP_MAP_ZERO) {
+    memset(r->out, 0, size);
+    fs_reply(r, 0, r->out, size);
+    return true;
+  }
+  if (rc == PLOOP_MAP_FILE) {
+    fs_submit_io(r, m.fd, m.file_offset, size, write, mapped_done, fx);
+    return true;
+  }
+  return false;
+}
+
 static void op_read(struct ploop_fuse_export *fx, struct fs_req *r)
 {
   const struct fuse_read_in *in = r->arg;
@@ -136,6 +183,11 @@ static void op_read(struct ploop_fuse_export *fx, struct fs_req *r)
     size = disk_size - off;
   if (size > FS_IO_MAX)
     size = FS_IO_MAX;
+  if (!r->may_block) {
+    if (!try_mapped(fx, r, off, size, false))
+      fs_defer(r);
+    return;
+  }
   /* r->out is aligned: libploop's O_DIRECT fast path reads straight into
    * the buffer the reply goes out of. */
   if (ploop_disk_pread(fx->disk, r->out, size, off) < 0) {
@@ -164,9 +216,15 @@ static void op_write(struct ploop_fuse_export *fx, struct fs_req *r)
     fs_reply(r, ENOSPC, NULL, 0);
     return;
   }
+  bool fua = in->flags & (O_SYNC | O_DSYNC);
+  if (!r->may_block) {
+    /* A FUA write also makes the BAT durable: the worker's path does it. */
+    if (fua || !try_mapped(fx, r, off, size, true))
+      fs_defer(r);
+    return;
+  }
   /* The data sits page-aligned on both transports: no bounce copy. */
-  unsigned flags = (in->flags & (O_SYNC | O_DSYNC)) ? PLOOP_WRITE_FUA : 0;
-  if (ploop_disk_pwrite(fx->disk, r->data, size, off, flags) < 0) {
+  if (ploop_disk_pwrite(fx->disk, r->data, size, off, fua ? PLOOP_WRITE_FUA : 0) < 0) {
     fs_reply(r, disk_errno(), NULL, 0);
     return;
   }
@@ -271,8 +329,15 @@ static void handle(void *opaque, struct fs_req *r)
   case FUSE_OPEN: op_open(fx, r); break;
   case FUSE_READ: op_read(fx, r); break;
   case FUSE_WRITE: op_write(fx, r); break;
-  case FUSE_FSYNC: op_fsync(fx, r); break;
-  case FUSE_FALLOCATE: op_fallocate(fx, r); break;
+  case FUSE_FSYNC:
+  case FUSE_FALLOCATE:
+    if (!r->may_block)
+      fs_defer(r); /* flush, discard and zeroing wait for the disk */
+    else if (r->in->opcode == FUSE_FSYNC)
+      op_fsync(fx, r);
+    else
+      op_fallocate(fx, r);
+    break;
   case FUSE_STATFS: op_statfs(fx, r); break;
   case FUSE_FLUSH:
   case FUSE_RELEASE:

@@ -27,18 +27,15 @@
 #define MAX_BACKGROUND 128
 #define CONGESTION_THRESHOLD 96
 /* /dev/fuse path: enough blocked readers for a queue depth of 32 plus
- * flushes.  io_uring path: 16 threads (at least 2 per CPU queue), one ring
- * entry each.  libploop's calls block, so the thread count is how many
- * backend reads/writes are in flight; with fewer entries than the loop
- * device's queue depth, requests wait in the kernel's per-CPU queue and a
- * thread that commits an answer fetches the next one without sleeping.
- * Measured on 2 vCPUs (image on tmpfs): 16 x 1 cost 7.4 us of daemon CPU per
- * 4 KiB request, 32 x 1 10 us, 16 x 2 8.2 us and a second entry per thread
- * queues requests behind a blocked one (1 MiB reads from a disk lost
- * half their speed). */
+ * flushes (libploop's calls block, so readers = backend I/O in flight).
+ * io_uring path (fuse-uring.c): one serving thread per online CPU with 32
+ * entries on its CPU's queue, which a loop device's queue depth of 32 can
+ * fill from one CPU, and whose mapped reads and writes are in flight on the
+ * serving thread's own ring; 16 workers for what blocks (allocating writes,
+ * copy-up, fsync, discard), the backend I/O in flight on that path. */
 #define DEV_THREADS 48
-#define URING_THREADS 16
-#define URING_DEPTH 1
+#define URING_DEPTH 32
+#define URING_WORKERS 16
 /* With io_uring, a couple of /dev/fuse readers remain for what never goes
  * through the ring (FORGET, INTERRUPT) and for requests sent before every
  * queue had its entries. */
@@ -175,7 +172,7 @@ void fs_dispatch(struct fs_session *s, struct fs_req *r)
     return;
   default:
     s->handler(s->opaque, r);
-    if (!r->replied)
+    if (!r->replied && !r->pending)
       fs_reply(r, EIO, NULL, 0);
   }
 }
@@ -187,6 +184,7 @@ static bool dev_parse(struct fs_session *s, struct fs_req *r, void *hdr, size_t 
   r->s = s;
   r->in = hdr;
   r->out = out;
+  r->may_block = true;
   if (n < sizeof(struct fuse_in_header) || r->in->len != n)
     return false;
   size_t a = arg_size(r->in->opcode);
@@ -409,8 +407,8 @@ bool fs_session_stop(struct fs_session *s)
       pthread_join(s->threads[i], NULL);
     else
       pthread_detach(s->threads[i]);
-  if (s->ring)
-    fs_uring_free(s->ring, !done);
+  if (s->ring && !fs_uring_free(s->ring, !done))
+    done = false;
   if (done)
     session_free(s); /* else a stuck thread may still use it: the process exit ends them */
   return done;
@@ -492,8 +490,8 @@ struct fs_session *fs_session_start(const struct fs_session_params *p)
   }
   if (uring) {
     char why[160] = "";
-    s->ring = fs_uring_start(s, env_unsigned("PLOOP_FUSE_THREADS", URING_THREADS, 256),
-                             env_unsigned("PLOOP_FUSE_URING_DEPTH", URING_DEPTH, 64),
+    s->ring = fs_uring_start(s, env_unsigned("PLOOP_FUSE_URING_DEPTH", URING_DEPTH, 256),
+                             env_unsigned("PLOOP_FUSE_WORKERS", URING_WORKERS, 256),
                              env_unsigned("PLOOP_FUSE_URING_PIN", 0, 1) == 1, why, sizeof(why));
     if (!s->ring || !fs_uring_ok(s->ring) || !ring_answers(s)) {
       /* The kernel refused the ring (or never switched to it): serve

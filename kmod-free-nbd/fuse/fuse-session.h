@@ -30,13 +30,31 @@ struct fs_req {
    * DATA, so use it only after DATA is consumed. */
   void *out;
   struct ploop_fuse_uring_req_header *ring_hdr; /* NULL: /dev/fuse */
+  /* False on a ring's serving thread, which serves many requests at once:
+   * the handler must not block there.  It answers at once (fs_reply),
+   * hands the request to a worker that may block (fs_defer), or has the
+   * ring do its file I/O (fs_submit_io). */
+  bool may_block;
   bool replied;
+  bool pending; /* fs_defer or fs_submit_io: answered later */
+  size_t io_len; /* what fs_submit_io asked for */
 };
 
 /* Answers R: ERROR is 0 or a positive errno; ARG/LEN the reply payload. */
 void fs_reply(struct fs_req *r, int error, const void *arg, size_t len);
 
 typedef void (*fs_handler_fn)(void *opaque, struct fs_req *r);
+
+/* Only where !r->may_block: the handler runs again for R on a worker
+ * thread, with may_block set. */
+void fs_defer(struct fs_req *r);
+/* Only where !r->may_block: the ring reads LEN bytes of FD at OFF into
+ * r->out (WRITE: writes r->data there), then calls DONE(ARG, R, RES) on the
+ * serving thread, RES being the bytes moved or -errno.  DONE must not block;
+ * it answers or calls fs_defer. */
+typedef void (*fs_io_done_fn)(void *arg, struct fs_req *r, int res);
+void fs_submit_io(struct fs_req *r, int fd, uint64_t off, size_t len, bool write, fs_io_done_fn done,
+                  void *arg);
 
 struct fs_session_params {
   const char *mountpoint;
@@ -68,17 +86,18 @@ bool fs_session_stopping(const struct fs_session *s);
 int fs_session_fd(const struct fs_session *s);
 
 struct fs_uring;
-/* Registers ring entries on every CPU's queue (THREADS threads, each with
- * DEPTH entries, pinned to the queue's CPU when PIN).  NULL, or not
- * fs_uring_ok(), when the kernel refused (then /dev/fuse serves); WHY says
- * why. */
-struct fs_uring *fs_uring_start(struct fs_session *s, unsigned threads, unsigned depth, bool pin,
+/* One serving thread per online CPU, DEPTH ring entries on its CPU's queue
+ * (one on each offline CPU's), pinned to that CPU when PIN; WORKERS threads
+ * for what may block.  NULL, or not fs_uring_ok(), when the kernel refused
+ * (then /dev/fuse serves); WHY says why. */
+struct fs_uring *fs_uring_start(struct fs_session *s, unsigned depth, unsigned workers, bool pin,
                                 char *why, size_t why_len);
 bool fs_uring_ok(const struct fs_uring *u);
 /* Sends SIG to every ring thread (see fs_session_stopping). */
 void fs_uring_kick(struct fs_uring *u, int sig);
-/* After the connection ended: joins when DETACH is false, then frees. */
-void fs_uring_free(struct fs_uring *u, bool detach);
+/* After the connection ended: joins when DETACH is false, then frees.
+ * False when a thread was left running (then U stays allocated). */
+bool fs_uring_free(struct fs_uring *u, bool detach);
 /* Requests the ring has answered so far. */
 uint64_t fs_uring_served(const struct fs_uring *u);
 

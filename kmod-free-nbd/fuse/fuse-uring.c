@@ -1,7 +1,10 @@
-/* FUSE over io_uring: each serving thread owns a small io_uring and a few
- * ring entries (header + 1 MiB payload buffer) registered on one CPU's
- * queue; one io_uring_enter both answers a request and waits for the next,
- * and payloads sit page-aligned, ready for O_DIRECT. */
+/* FUSE over io_uring with asynchronous backend I/O.  One serving thread per
+ * online CPU owns an io_uring holding the ring entries (header + 1 MiB
+ * payload each) of its queues.  A READ or WRITE the disk maps to one file
+ * range goes out as IORING_OP_READ/WRITE on that same ring, and its
+ * completion commits the answer: no thread hand-off and no sleep per
+ * request.  What may block (allocation, copy-up, fsync, discard) goes to a
+ * pool of worker threads, which hand the entry back with IORING_OP_MSG_RING. */
 #include "fuse-abi.h"
 #include "fuse-session.h"
 
@@ -10,40 +13,77 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
+
+/* The low bits of a CQE's user_data say what completed for the entry. */
+enum { TAG_FUSE = 0, TAG_IO = 1, TAG_BACK = 2, TAG_MASK = 3 };
+
+/* What the entry waits for once the handler (or an I/O callback) returns. */
+enum step { STEP_ANSWER, STEP_IO, STEP_WORKER };
+
+struct ring_thread;
 
 struct ring_ent {
+  struct fs_req req; /* valid from the request's arrival to its commit */
+  struct ring_thread *rt;
   struct ploop_fuse_uring_req_header *hdr;
   void *payload;
   struct iovec iov[2];
   uint64_t commit_id;
   uint32_t last_cmd;
+  uint16_t qid;
+  enum step step;
+  /* STEP_IO: the backend I/O the handler asked for. */
+  int io_fd;
+  bool io_write;
+  uint64_t io_off;
+  fs_io_done_fn io_done;
+  void *io_arg;
+  struct ring_ent *next; /* in the workers' queue */
 };
 
 struct ring_thread {
   struct fs_uring *u;
-  unsigned qid;
+  unsigned cpu; /* whose queue it serves with all but one-entry queues */
   unsigned nent;
   struct ring_ent *ent;
   struct io_uring ring;
   bool ring_ok;
   pthread_t tid;
   bool started;
+  unsigned io_inflight;
   _Atomic uint64_t served; /* per thread: a shared counter would bounce between CPUs */
+};
+
+struct worker {
+  struct fs_uring *u;
+  struct io_uring ring; /* only for MSG_RING to the serving threads */
+  bool ring_ok;
+  pthread_t tid;
+  bool started;
 };
 
 struct fs_uring {
   struct fs_session *s;
-  unsigned nqueues, nthreads, depth;
+  unsigned nqueues, nthreads, nworkers;
   bool pin;
   struct ring_thread *t;
+  struct worker *w;
   pthread_mutex_t lock;
   pthread_cond_t cond;
   unsigned reported, failed;
   int first_err;
+  /* The workers' queue of entries, and how many workers are alive. */
+  pthread_mutex_t wlock;
+  pthread_cond_t wcond;
+  struct ring_ent *whead, **wtail;
+  bool wstop;
+  unsigned walive;
 };
 
 uint64_t fs_uring_served(const struct fs_uring *u)
@@ -55,48 +95,70 @@ uint64_t fs_uring_served(const struct fs_uring *u)
 }
 bool fs_uring_ok(const struct fs_uring *u) { return u->failed == 0; }
 
+static struct ring_ent *ent_of(struct fs_req *r)
+{
+  return (struct ring_ent *)((char *)r - offsetof(struct ring_ent, req));
+}
+
+/* Parses a cpulist file ("0-3,8") into SET (MAX bits); the highest CPU + 1. */
+static unsigned read_cpulist(const char *path, bool *set, unsigned max)
+{
+  unsigned top = 0;
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return 0;
+  unsigned a, b;
+  int c;
+  while (fscanf(f, "%u", &a) == 1) {
+    b = a;
+    c = fgetc(f);
+    if (c == '-' && fscanf(f, "%u", &b) == 1)
+      c = fgetc(f);
+    for (unsigned i = a; i <= b && i < max; i++)
+      if (set)
+        set[i] = true;
+    if (b + 1 > top)
+      top = b + 1;
+    if (c != ',')
+      break;
+  }
+  fclose(f);
+  return top;
+}
+
 /* The kernel wants a queue for every possible CPU (it picks the queue of
  * the CPU the request comes from), not only the online ones. */
 static unsigned possible_cpus(void)
 {
-  unsigned max = 0;
-  FILE *f = fopen("/sys/devices/system/cpu/possible", "re");
-  if (f) {
-    unsigned a, b;
-    int c;
-    while (fscanf(f, "%u", &a) == 1) {
-      b = a;
-      c = fgetc(f);
-      if (c == '-' && fscanf(f, "%u", &b) == 1)
-        c = fgetc(f);
-      if (b + 1 > max)
-        max = b + 1;
-      if (c != ',')
-        break;
-    }
-    fclose(f);
+  unsigned n = read_cpulist("/sys/devices/system/cpu/possible", NULL, 0);
+  if (n == 0) {
+    long c = sysconf(_SC_NPROCESSORS_CONF);
+    n = c > 0 ? (unsigned)c : 1;
   }
-  if (max == 0) {
-    long n = sysconf(_SC_NPROCESSORS_CONF);
-    max = n > 0 ? (unsigned)n : 1;
-  }
-  return max;
+  return n;
+}
+
+static struct io_uring_sqe *get_sqe(struct io_uring *ring)
+{
+  struct io_uring_sqe *sqe;
+  /* The SQ has room for every entry's one operation, so this loops only if
+   * completions were not yet reaped; submitting makes room. */
+  while (!(sqe = io_uring_get_sqe(ring)))
+    io_uring_submit(ring);
+  return sqe;
 }
 
 static void prep_cmd(struct ring_thread *rt, struct ring_ent *e, uint32_t cmd)
 {
-  struct io_uring_sqe *sqe = io_uring_get_sqe(&rt->ring);
-  /* Cannot be NULL: the ring has a slot per entry and an entry has at most
-   * one command outstanding.  A 128-byte SQE (SQE128): 64 + the command area. */
-  if (!sqe)
-    abort();
+  struct io_uring_sqe *sqe = get_sqe(&rt->ring);
+  /* A 128-byte SQE (SQE128): 64 + the command area. */
   memset((void *)sqe, 0, 2 * sizeof(*sqe));
   sqe->opcode = IORING_OP_URING_CMD;
   sqe->fd = fs_session_fd(rt->u->s);
   sqe->cmd_op = cmd;
-  sqe->user_data = (uintptr_t)e;
+  sqe->user_data = (uintptr_t)e | TAG_FUSE;
   struct ploop_fuse_uring_cmd_req *req = (void *)sqe->cmd;
-  req->qid = (uint16_t)rt->qid;
+  req->qid = e->qid;
   if (cmd == PLOOP_FUSE_IO_URING_CMD_REGISTER) {
     sqe->addr = (uintptr_t)e->iov;
     sqe->len = 2;
@@ -106,27 +168,92 @@ static void prep_cmd(struct ring_thread *rt, struct ring_ent *e, uint32_t cmd)
   e->last_cmd = cmd;
 }
 
+void fs_defer(struct fs_req *r)
+{
+  if (!r->ring_hdr || r->may_block)
+    return; /* the caller may block already */
+  r->pending = true;
+  ent_of(r)->step = STEP_WORKER;
+}
+
+void fs_submit_io(struct fs_req *r, int fd, uint64_t off, size_t len, bool write, fs_io_done_fn done,
+                  void *arg)
+{
+  struct ring_ent *e = ent_of(r);
+  r->pending = true;
+  r->io_len = len;
+  e->step = STEP_IO;
+  e->io_fd = fd;
+  e->io_off = off;
+  e->io_write = write;
+  e->io_done = done;
+  e->io_arg = arg;
+}
+
+static void enqueue_worker(struct fs_uring *u, struct ring_ent *e)
+{
+  e->next = NULL;
+  pthread_mutex_lock(&u->wlock);
+  *u->wtail = e;
+  u->wtail = &e->next;
+  pthread_cond_signal(&u->wcond);
+  pthread_mutex_unlock(&u->wlock);
+}
+
+/* Takes the entry on to what the handler left it waiting for: an I/O on
+ * this ring, a worker, or the commit of its answer.  Only here does an
+ * entry leave the serving thread, after every use of it is done. */
+static void advance(struct ring_thread *rt, struct ring_ent *e)
+{
+  struct fs_req *r = &e->req;
+  if (r->pending && e->step == STEP_IO) {
+    struct io_uring_sqe *sqe = get_sqe(&rt->ring);
+    if (e->io_write)
+      io_uring_prep_write(sqe, e->io_fd, r->data, (unsigned)r->io_len, e->io_off);
+    else
+      io_uring_prep_read(sqe, e->io_fd, r->out, (unsigned)r->io_len, e->io_off);
+    io_uring_sqe_set_data64(sqe, (uintptr_t)e | TAG_IO);
+    rt->io_inflight++;
+    return;
+  }
+  if (r->pending && e->step == STEP_WORKER) {
+    enqueue_worker(rt->u, e);
+    return;
+  }
+  /* Every request through the ring needs its commit, answered or not. */
+  if (!r->replied)
+    fs_reply(r, ENOSYS, NULL, 0);
+  atomic_store_explicit(&rt->served, atomic_load_explicit(&rt->served, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  prep_cmd(rt, e, PLOOP_FUSE_IO_URING_CMD_COMMIT_AND_FETCH);
+}
+
 static void handle(struct ring_thread *rt, struct ring_ent *e)
 {
   struct ploop_fuse_uring_req_header *h = e->hdr;
   e->commit_id = h->ring_ent_in_out.commit_id;
-  struct fs_req r = {.s = rt->u->s,
-                     .in = (const struct fuse_in_header *)h->in_out,
-                     .arg = h->op_in,
-                     .data = e->payload,
-                     .data_len = h->ring_ent_in_out.payload_sz,
-                     .out = e->payload,
-                     .ring_hdr = h};
-  if (r.data_len > FS_IO_MAX)
-    fs_reply(&r, EINVAL, NULL, 0);
+  e->step = STEP_ANSWER;
+  e->req = (struct fs_req){.s = rt->u->s,
+                           .in = (const struct fuse_in_header *)h->in_out,
+                           .arg = h->op_in,
+                           .data = e->payload,
+                           .data_len = h->ring_ent_in_out.payload_sz,
+                           .out = e->payload,
+                           .ring_hdr = h};
+  if (e->req.data_len > FS_IO_MAX)
+    fs_reply(&e->req, EINVAL, NULL, 0);
   else
-    fs_dispatch(rt->u->s, &r);
-  /* Every request through the ring needs its commit, answered or not. */
-  if (!r.replied)
-    fs_reply(&r, ENOSYS, NULL, 0);
-  atomic_store_explicit(&rt->served, atomic_load_explicit(&rt->served, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
-  prep_cmd(rt, e, PLOOP_FUSE_IO_URING_CMD_COMMIT_AND_FETCH);
+    fs_dispatch(rt->u->s, &e->req);
+  advance(rt, e);
+}
+
+static void io_completed(struct ring_thread *rt, struct ring_ent *e, int res)
+{
+  rt->io_inflight--;
+  e->req.pending = false;
+  e->step = STEP_ANSWER;
+  e->io_done(e->io_arg, &e->req, res);
+  advance(rt, e);
 }
 
 /* Ring and buffers, then REGISTER of every entry; 0 or a negative errno.
@@ -134,14 +261,26 @@ static void handle(struct ring_thread *rt, struct ring_ent *e)
  * stays pending until a request arrives. */
 static int setup(struct ring_thread *rt)
 {
+  /* At most one operation per entry is in flight (a FUSE command or a
+   * backend I/O), plus one MSG_RING completion per entry from a worker. */
   struct io_uring_params params = {.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE,
-                                   .cq_entries = 2 * rt->nent};
-  int rc = io_uring_queue_init_params(rt->nent, &rt->ring, &params);
+                                   .cq_entries = 4 * rt->nent};
+  /* Completions run only when this thread waits for them, not by
+   * interrupting it (one thread submits, one waits: ours): measured on
+   * tmpfs, 8.2 -> 7.1 us of daemon CPU per 4 KiB request, +6% IOPS. */
+  params.flags |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+  int rc = io_uring_queue_init_params(2 * rt->nent, &rt->ring, &params);
+  if (rc == -EINVAL) { /* a kernel without them */
+    params = (struct io_uring_params){.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE,
+                                      .cq_entries = 4 * rt->nent};
+    rc = io_uring_queue_init_params(2 * rt->nent, &rt->ring, &params);
+  }
   if (rc < 0)
     return rc;
   rt->ring_ok = true;
   for (unsigned i = 0; i < rt->nent; i++) {
     struct ring_ent *e = &rt->ent[i];
+    e->rt = rt;
     if (posix_memalign((void **)&e->hdr, FS_IO_ALIGN, FS_IO_ALIGN) != 0 ||
         posix_memalign(&e->payload, FS_IO_ALIGN, FS_IO_MAX) != 0)
       return -ENOMEM;
@@ -176,26 +315,36 @@ static void serve(struct ring_thread *rt)
 {
   unsigned dead = 0;
   while (dead < rt->nent) {
+    /* Stopping: leave once no backend I/O of ours is in flight (each holds
+     * a pin on the disk that only its completion releases). */
+    if (fs_session_stopping(rt->u->s) && rt->io_inflight == 0)
+      break;
     int rc = io_uring_submit_and_wait(&rt->ring, 1);
-    if (fs_session_stopping(rt->u->s) || (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY))
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
       break;
     struct io_uring_cqe *cqe;
-    while (io_uring_peek_cqe(&rt->ring, &cqe) == 0) {
-      struct ring_ent *e = io_uring_cqe_get_data(cqe);
+    unsigned head, seen = 0;
+    io_uring_for_each_cqe(&rt->ring, head, cqe)
+    {
+      struct ring_ent *e = (void *)(uintptr_t)(cqe->user_data & ~(uint64_t)TAG_MASK);
+      unsigned tag = cqe->user_data & TAG_MASK;
       int res = cqe->res;
-      io_uring_cqe_seen(&rt->ring, cqe);
-      if (res == 0) {
+      seen++;
+      if (tag == TAG_IO) {
+        io_completed(rt, e, res);
+      } else if (tag == TAG_BACK) {
+        e->req.pending = false; /* a worker answered it */
+        e->step = STEP_ANSWER;
+        advance(rt, e);
+      } else if (res == 0) {
         handle(rt, e);
-        /* Another request is already here: send this answer now rather than
-         * after that one, whose backend I/O may block for a while. */
-        if (io_uring_cq_ready(&rt->ring) > 0)
-          io_uring_submit(&rt->ring);
       } else if (res == -EINTR || res == -EAGAIN) {
         prep_cmd(rt, e, e->last_cmd);
       } else {
         dead++; /* ENOTCONN, ECONNABORTED: the connection ended */
       }
     }
+    io_uring_cq_advance(&rt->ring, seen);
   }
 }
 
@@ -206,7 +355,7 @@ static void *ring_thread(void *arg)
   if (rt->u->pin) {
     cpu_set_t set;
     CPU_ZERO(&set);
-    CPU_SET(rt->qid, &set);
+    CPU_SET(rt->cpu, &set);
     (void)sched_setaffinity(0, sizeof(set), &set);
   }
   int err = setup(rt);
@@ -217,7 +366,48 @@ static void *ring_thread(void *arg)
   return NULL;
 }
 
-struct fs_uring *fs_uring_start(struct fs_session *s, unsigned threads, unsigned depth, bool pin,
+static void *worker_thread(void *arg)
+{
+  struct worker *w = arg;
+  struct fs_uring *u = w->u;
+  fs_thread_init("ploop-fuse-work");
+  pthread_mutex_lock(&u->wlock);
+  for (;;) {
+    while (!u->whead && !u->wstop)
+      pthread_cond_wait(&u->wcond, &u->wlock);
+    struct ring_ent *e = u->whead;
+    if (!e)
+      break; /* stopping, and nothing left to answer */
+    u->whead = e->next;
+    if (!u->whead)
+      u->wtail = &u->whead;
+    pthread_mutex_unlock(&u->wlock);
+
+    struct fs_req *r = &e->req;
+    r->pending = false;
+    r->may_block = true;
+    fs_dispatch(u->s, r);
+    if (!r->replied)
+      fs_reply(r, EIO, NULL, 0);
+    /* Back to the thread that owns the entry's ring: it commits. */
+    struct io_uring_sqe *sqe = get_sqe(&w->ring);
+    io_uring_prep_msg_ring(sqe, e->rt->ring.ring_fd, 0, (uintptr_t)e | TAG_BACK, 0);
+    io_uring_sqe_set_data64(sqe, 0);
+    struct io_uring_cqe *cqe;
+    if (io_uring_submit_and_wait(&w->ring, 1) >= 0 && io_uring_peek_cqe(&w->ring, &cqe) == 0)
+      io_uring_cqe_seen(&w->ring, cqe);
+    /* A failed MSG_RING means the serving thread is gone (the connection
+     * ended); nobody waits for this answer then. */
+
+    pthread_mutex_lock(&u->wlock);
+  }
+  u->walive--;
+  pthread_cond_broadcast(&u->wcond);
+  pthread_mutex_unlock(&u->wlock);
+  return NULL;
+}
+
+struct fs_uring *fs_uring_start(struct fs_session *s, unsigned depth, unsigned workers, bool pin,
                                 char *why, size_t why_len)
 {
   struct fs_uring *u = calloc(1, sizeof(*u));
@@ -226,31 +416,91 @@ struct fs_uring *fs_uring_start(struct fs_session *s, unsigned threads, unsigned
     return NULL;
   }
   u->s = s;
-  u->nqueues = possible_cpus();
-  u->depth = depth ? depth : 1;
   u->pin = pin;
-  /* At least two threads per queue (a request waits for an entry of the
-   * queue of its own CPU, never another's); spread evenly. */
-  u->nthreads = threads < 2 * u->nqueues ? 2 * u->nqueues : threads;
-  if (u->nthreads > 1024) /* still at least one per queue */
-    u->nthreads = u->nqueues > 1024 ? u->nqueues : 1024;
+  u->nqueues = possible_cpus();
+  bool *online = calloc(u->nqueues, sizeof(bool));
+  unsigned *cpu_thread = calloc(u->nqueues, sizeof(unsigned));
+  if (!online || !cpu_thread) {
+    free(online);
+    free(cpu_thread);
+    free(u);
+    snprintf(why, why_len, "out of memory");
+    return NULL;
+  }
+  read_cpulist("/sys/devices/system/cpu/online", online, u->nqueues);
+  bool any = false;
+  for (unsigned q = 0; q < u->nqueues; q++)
+    any |= online[q];
+  if (!any)
+    memset(online, true, u->nqueues); /* no cpulist: every possible CPU counts */
+  /* One serving thread per online CPU (at most 256), serving that CPU's
+   * queue with DEPTH entries: a request waits for an entry of its own CPU's
+   * queue, never another's.  The other queues get one entry each, spread
+   * over the threads: the kernel needs them registered but sends them
+   * nothing while their CPU is offline. */
+  for (unsigned q = 0; q < u->nqueues; q++)
+    if (online[q] && u->nthreads < 256)
+      cpu_thread[q] = u->nthreads++;
+    else
+      online[q] = false;
+  for (unsigned q = 0, k = 0; q < u->nqueues; q++)
+    if (!online[q])
+      cpu_thread[q] = k++ % u->nthreads;
+  u->nworkers = workers ? workers : 1;
   pthread_mutex_init(&u->lock, NULL);
   pthread_cond_init(&u->cond, NULL);
+  pthread_mutex_init(&u->wlock, NULL);
+  pthread_cond_init(&u->wcond, NULL);
+  u->wtail = &u->whead;
   u->t = calloc(u->nthreads, sizeof(*u->t));
-  if (!u->t) {
+  u->w = calloc(u->nworkers, sizeof(*u->w));
+  bool ok = u->t && u->w;
+  for (unsigned q = 0; ok && q < u->nqueues; q++) {
+    struct ring_thread *rt = &u->t[cpu_thread[q]];
+    rt->nent += online[q] ? depth : 1;
+    if (online[q])
+      rt->cpu = q;
+  }
+  for (unsigned i = 0; ok && i < u->nthreads; i++) {
+    u->t[i].u = u;
+    u->t[i].ent = calloc(u->t[i].nent, sizeof(struct ring_ent));
+    ok = u->t[i].ent != NULL;
+    u->t[i].nent = 0; /* counted again as the entries get their queues */
+  }
+  for (unsigned q = 0; ok && q < u->nqueues; q++) {
+    struct ring_thread *rt = &u->t[cpu_thread[q]];
+    for (unsigned n = online[q] ? depth : 1; n > 0; n--)
+      rt->ent[rt->nent++].qid = (uint16_t)q;
+  }
+  free(online);
+  free(cpu_thread);
+  for (unsigned i = 0; i < u->nworkers && ok; i++) {
+    struct worker *w = &u->w[i];
+    w->u = u;
+    ok = io_uring_queue_init(4, &w->ring, 0) == 0;
+    w->ring_ok = ok;
+    if (ok) {
+      pthread_mutex_lock(&u->wlock);
+      u->walive++;
+      pthread_mutex_unlock(&u->wlock);
+      if (pthread_create(&w->tid, NULL, worker_thread, w) != 0) {
+        pthread_mutex_lock(&u->wlock);
+        u->walive--;
+        pthread_mutex_unlock(&u->wlock);
+        ok = false;
+      } else {
+        w->started = true;
+      }
+    }
+  }
+  if (!ok) {
     fs_uring_free(u, false);
-    snprintf(why, why_len, "out of memory");
+    snprintf(why, why_len, "out of memory, or io_uring refused a worker's ring");
     return NULL;
   }
   unsigned created = 0;
   for (unsigned i = 0; i < u->nthreads; i++) {
     struct ring_thread *rt = &u->t[i];
-    rt->u = u;
-    rt->qid = i % u->nqueues;
-    rt->nent = u->depth;
-    rt->ent = calloc(rt->nent, sizeof(*rt->ent));
-    if (!rt->ent)
-      break;
     fs_thread_started(s);
     if (pthread_create(&rt->tid, NULL, ring_thread, rt) != 0) {
       fs_thread_exited(s);
@@ -279,19 +529,56 @@ void fs_uring_kick(struct fs_uring *u, int sig)
       pthread_kill(u->t[i].tid, sig);
 }
 
-void fs_uring_free(struct fs_uring *u, bool detach)
+/* Asks the workers to finish what they hold and exit; waits up to MS. */
+static bool stop_workers(struct fs_uring *u, int ms)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&u->wlock);
+  u->wstop = true;
+  pthread_cond_broadcast(&u->wcond);
+  while (u->walive > 0)
+    if (pthread_cond_timedwait(&u->wcond, &u->wlock, &ts) == ETIMEDOUT)
+      break;
+  bool done = u->walive == 0;
+  pthread_mutex_unlock(&u->wlock);
+  return done;
+}
+
+bool fs_uring_free(struct fs_uring *u, bool detach)
 {
   if (!u)
-    return;
+    return true;
+  /* Serving threads first (they may still hand entries to workers), then
+   * the workers, then the rings the workers send to. */
   for (unsigned i = 0; u->t && i < u->nthreads; i++) {
     struct ring_thread *rt = &u->t[i];
     if (rt->started) {
-      if (detach) {
+      if (detach)
         pthread_detach(rt->tid);
-        continue;
-      }
-      pthread_join(rt->tid, NULL);
+      else
+        pthread_join(rt->tid, NULL);
+      rt->started = false;
     }
+  }
+  bool workers_done = u->w ? stop_workers(u, detach ? 0 : 2000) : true;
+  for (unsigned i = 0; u->w && i < u->nworkers; i++)
+    if (u->w[i].started) {
+      if (workers_done)
+        pthread_join(u->w[i].tid, NULL);
+      else
+        pthread_detach(u->w[i].tid);
+    }
+  if (detach || !workers_done)
+    return false; /* a stuck thread may still use it all */
+  for (unsigned i = 0; u->t && i < u->nthreads; i++) {
+    struct ring_thread *rt = &u->t[i];
     if (rt->ring_ok)
       io_uring_queue_exit(&rt->ring);
     for (unsigned k = 0; rt->ent && k < rt->nent; k++) {
@@ -300,10 +587,15 @@ void fs_uring_free(struct fs_uring *u, bool detach)
     }
     free(rt->ent);
   }
-  if (detach)
-    return; /* a stuck thread may still use it */
+  for (unsigned i = 0; u->w && i < u->nworkers; i++)
+    if (u->w[i].ring_ok)
+      io_uring_queue_exit(&u->w[i].ring);
   free(u->t);
+  free(u->w);
   pthread_mutex_destroy(&u->lock);
   pthread_cond_destroy(&u->cond);
+  pthread_mutex_destroy(&u->wlock);
+  pthread_cond_destroy(&u->wcond);
   free(u);
+  return true;
 }
