@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -416,6 +417,16 @@ void ploop_fuse_export_resized(struct ploop_fuse_export *fx)
   struct stat st;
   if (snprintf(path, sizeof(path), "%s/%s", fx->mountpoint, fx->file_name) < (int)sizeof(path))
     (void)stat(path, &st);
+}
+
+void ploop_fuse_export_info_json(struct ploop_fuse_export *fx, char *buf, size_t len)
+{
+  struct fs_stats st;
+  fs_session_stats(fx->session, &st);
+  snprintf(buf, len,
+           ",\"fuse_transport\":\"%s\",\"fuse_requests\":{\"ring\":%" PRIu64 ",\"ring_io\":%" PRIu64
+           ",\"workers\":%" PRIu64 "}",
+           st.transport, st.served, st.ring_io, st.deferred);
 }
 
 void ploop_fuse_export_stop(struct ploop_fuse_export *fx)

@@ -17,6 +17,10 @@ struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const
                                                   const char *file_name, bool readonly);
 /* Tells the export that the disk's size changed (online resize). */
 void ploop_fuse_export_resized(struct ploop_fuse_export *fx);
+/* Appends to BUF (LEN bytes, NUL-terminated) the JSON members
+ * "fuse_transport" and "fuse_requests" (what the transport has served and
+ * how), each preceded by a comma. */
+void ploop_fuse_export_info_json(struct ploop_fuse_export *fx, char *buf, size_t len);
 /* Unmounts and stops; waits for in-flight requests. */
 void ploop_fuse_export_stop(struct ploop_fuse_export *fx);
 

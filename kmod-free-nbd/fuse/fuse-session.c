@@ -52,6 +52,7 @@ struct fs_session {
   fs_handler_fn handler;
   void *opaque;
   struct fs_uring *ring;
+  bool ring_active; /* the kernel sends requests through it */
   unsigned proto_minor;
   pthread_t *threads;
   unsigned nthreads, threads_cap;
@@ -414,6 +415,14 @@ bool fs_session_stop(struct fs_session *s)
   return done;
 }
 
+void fs_session_stats(const struct fs_session *s, struct fs_stats *st)
+{
+  memset(st, 0, sizeof(*st));
+  st->transport = s->ring_active ? "io_uring" : "/dev/fuse";
+  if (s->ring_active)
+    fs_uring_stats(s->ring, st);
+}
+
 void fs_session_inval_inode(struct fs_session *s, uint64_t ino)
 {
   struct fuse_out_header oh = {.error = FUSE_NOTIFY_INVAL_INODE};
@@ -500,6 +509,8 @@ struct fs_session *fs_session_start(const struct fs_session_params *p)
         fprintf(stderr, "ploop-nbd: FUSE over io_uring unavailable (%s), using /dev/fuse\n",
                 why[0] ? why : "no request came through the ring");
       start_dev_threads(s, env_unsigned("PLOOP_FUSE_THREADS", DEV_THREADS, 256));
+    } else {
+      s->ring_active = true;
     }
   }
   /* The stat answers once INIT is done (it is); its device names the

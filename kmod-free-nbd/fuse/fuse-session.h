@@ -66,6 +66,14 @@ struct fs_session_params {
 
 /* Mounts and starts serving; NULL on error (ploop_get_error()). */
 struct fs_session *fs_session_start(const struct fs_session_params *p);
+/* What a session has served so far, for INFO and tests. */
+struct fs_stats {
+  const char *transport; /* "io_uring" or "/dev/fuse" */
+  uint64_t served;       /* io_uring only: requests answered through the ring */
+  uint64_t ring_io;      /* ... whose data moved by the ring's own reads/writes */
+  uint64_t deferred;     /* ... handed to a worker (may block) */
+};
+void fs_session_stats(const struct fs_session *s, struct fs_stats *st);
 /* Drops the kernel's cached attributes of inode INO. */
 void fs_session_inval_inode(struct fs_session *s, uint64_t ino);
 /* Detaches the mount, ends the connection (a user still holding the file
@@ -100,5 +108,7 @@ void fs_uring_kick(struct fs_uring *u, int sig);
 bool fs_uring_free(struct fs_uring *u, bool detach);
 /* Requests the ring has answered so far. */
 uint64_t fs_uring_served(const struct fs_uring *u);
+/* Adds the ring's counters to ST. */
+void fs_uring_stats(const struct fs_uring *u, struct fs_stats *st);
 
 #endif

@@ -57,7 +57,10 @@ struct ring_thread {
   pthread_t tid;
   bool started;
   unsigned io_inflight;
-  _Atomic uint64_t served; /* per thread: a shared counter would bounce between CPUs */
+  /* Per thread (a shared counter would bounce between CPUs): requests
+   * answered, those whose data moved by the ring's own I/O, those handed to
+   * a worker. */
+  _Atomic uint64_t served, ring_io, deferred;
 };
 
 struct worker {
@@ -92,6 +95,21 @@ uint64_t fs_uring_served(const struct fs_uring *u)
   for (unsigned i = 0; i < u->nthreads; i++)
     n += atomic_load_explicit(&u->t[i].served, memory_order_relaxed);
   return n;
+}
+
+void fs_uring_stats(const struct fs_uring *u, struct fs_stats *st)
+{
+  for (unsigned i = 0; i < u->nthreads; i++) {
+    st->served += atomic_load_explicit(&u->t[i].served, memory_order_relaxed);
+    st->ring_io += atomic_load_explicit(&u->t[i].ring_io, memory_order_relaxed);
+    st->deferred += atomic_load_explicit(&u->t[i].deferred, memory_order_relaxed);
+  }
+}
+
+/* Only the owning thread writes its counters. */
+static void count(_Atomic uint64_t *c)
+{
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
 }
 bool fs_uring_ok(const struct fs_uring *u) { return u->failed == 0; }
 
@@ -214,17 +232,18 @@ static void advance(struct ring_thread *rt, struct ring_ent *e)
       io_uring_prep_read(sqe, e->io_fd, r->out, (unsigned)r->io_len, e->io_off);
     io_uring_sqe_set_data64(sqe, (uintptr_t)e | TAG_IO);
     rt->io_inflight++;
+    count(&rt->ring_io);
     return;
   }
   if (r->pending && e->step == STEP_WORKER) {
+    count(&rt->deferred);
     enqueue_worker(rt->u, e);
     return;
   }
   /* Every request through the ring needs its commit, answered or not. */
   if (!r->replied)
     fs_reply(r, ENOSYS, NULL, 0);
-  atomic_store_explicit(&rt->served, atomic_load_explicit(&rt->served, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
+  count(&rt->served);
   prep_cmd(rt, e, PLOOP_FUSE_IO_URING_CMD_COMMIT_AND_FETCH);
 }
 

@@ -20,6 +20,7 @@
 #include "server.h"
 
 #pragma weak ploop_fuse_export_resized
+#pragma weak ploop_fuse_export_info_json
 
 static int send_all(int fd, const void *buf, size_t len) {
   const char *p = buf;
@@ -139,6 +140,11 @@ static int cmd_info(int fd, struct disk_export *de) {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/%s", g_cfg.fuse_mountpoint, g_cfg.fuse_name);
     sb_json_str(&b, p);
+    if (ploop_fuse_export_info_json) {
+      char more[256];
+      ploop_fuse_export_info_json(de->fuse, more, sizeof more);
+      sb_add(&b, more, strlen(more));
+    }
   } else {
     sb_add(&b, "null", 4);
   }

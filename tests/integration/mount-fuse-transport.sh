@@ -10,6 +10,13 @@ requires fio
 
 # threads PID NAME: how many of the daemon's threads are called NAME.
 threads() { cat /proc/"$1"/task/*/comm 2>/dev/null | grep -cx "$2" || true; }
+# fuse_counts DIR: "served ring_io workers" from the daemon's INFO (via ploop info --json).
+fuse_counts() {
+  "$PLOOP" info --json "$1" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)["server"]["fuse_requests"]
+print(r["ring"], r["ring_io"], r["workers"])'
+}
 
 run_case() { # run_case NAME URING(0|1)
   local name=$1 uring=$2 D=$TMP/$1 MP=$TMP/$1.mnt dev pid state
@@ -34,6 +41,22 @@ run_case() { # run_case NAME URING(0|1)
   fio --name=v --filename="$MP/fio.dat" --size=48M --direct=1 --ioengine=libaio --iodepth=32 \
     --rw=randwrite --bsrange=4k-1m --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
     --output="$TMP/$name.fio" >/dev/null 2>&1 || { cat "$TMP/$name.fio"; fail "$name: fio verify failed"; }
+  if ((uring)); then
+    # Overwrites of allocated clusters are served on the ring threads as
+    # io_uring reads/writes of the image (ploop_disk_map); the workers get
+    # only what may block (allocation, flush).
+    local s0 i0 w0 s1 i1 w1
+    read -r s0 i0 w0 < <(fuse_counts "$D")
+    fio --name=o --filename="$MP/fio.dat" --size=48M --direct=1 --ioengine=libaio --iodepth=32 \
+      --rw=randrw --bs=4k --number_ios=4000 >/dev/null 2>&1 || fail "$name: overwrite fio failed"
+    read -r s1 i1 w1 < <(fuse_counts "$D")
+    echo "$name: 4k overwrites: $((s1 - s0)) requests, $((i1 - i0)) by the ring's own I/O, $((w1 - w0)) to workers"
+    ((s1 - s0 >= 4000)) || fail "$name: fewer ring requests than fio's 4000 I/Os"
+    ((100 * (i1 - i0) >= 95 * (s1 - s0))) || fail "$name: overwrites did not go through the ring's own I/O"
+    [[ $("$PLOOP" info "$D") == *"FUSE over io_uring"* ]] || fail "$name: ploop info does not name the transport"
+  else
+    [[ $("$PLOOP" info "$D") == *"FUSE over /dev/fuse"* ]] || fail "$name: ploop info does not name the transport"
+  fi
   head -c 3000000 /dev/urandom >"$MP/kept"
   sync "$MP/kept"
   sum "$MP/kept" >"$TMP/$name.sum"

@@ -54,6 +54,19 @@ static long server_pid(const char *json)
   return p ? strtol(p + 6, NULL, 10) : 0;
 }
 
+/* How the attached disk's requests reach the daemon: the FUSE transport
+ * from its INFO JSON ("fuse_transport":"io_uring"), or "" if absent. */
+static void fuse_transport(const char *json, char *out, size_t len)
+{
+  const char *p = strstr(json, "\"fuse_transport\":\"");
+  out[0] = 0;
+  if (p) {
+    p += strlen("\"fuse_transport\":\"");
+    size_t n = strcspn(p, "\"");
+    snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), p);
+  }
+}
+
 /* Fills DI for one image; raw (Plain) images have no header, only a size. */
 static int image_info(const char *path, bool plain, struct ploop_delta_info *di)
 {
@@ -100,7 +113,12 @@ static void print_text(const struct info *in)
     else
       printf("%-18s yes, ploop-nbd pid %ld\n", "served:", server_pid(in->server_json));
     if (in->online == CLI_ATTACHED) {
+      char tr[32];
+      fuse_transport(in->server_json, tr, sizeof tr);
       printf("%-18s %s (%s)\n", "device:", in->att.device, in->att.readonly ? "ro" : "rw");
+      if (tr[0])
+        printf("%-18s loop device on a FUSE file, FUSE over %s\n", "attached by:",
+               strcmp(tr, "io_uring") ? "/dev/fuse" : "io_uring");
       if (in->att.mount_point[0])
         printf("%-18s %s (%s)\n", "mounted on:", in->att.mount_point, in->att.fstype);
       if (in->have_fs) {
