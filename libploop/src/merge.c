@@ -35,12 +35,17 @@ static int merge_preflight(struct ploop_descriptor *d, const char *child, char *
 }
 
 /* The descriptor after the merge: the parent's file now holds the child's
- * state and carries the child's GUID. */
+ * state and carries the child's GUID. It is Temporary exactly when the
+ * child was (as merging up leaves it): the parent's own mark only said its
+ * view was changing, and that view is gone; a Temporary child (the target
+ * of an unfinished merge from above, say) holds a view that is still not
+ * its own, and so does the merged file. */
 static void merge_commit_descriptor(struct ploop_descriptor *d, const char *child, const char *parent)
 {
   struct ploop_snapshot_desc *ps = descriptor_find_shot(d, parent);
   char grand[PLOOP_UUID_LEN + 1];
   snprintf(grand, sizeof grand, "%s", ps->parent);
+  bool temporary = descriptor_find_shot(d, child)->temporary;
   descriptor_remove_image(d, child);
   for (size_t i = 0; i < d->n_images; i++)
     if (!strcmp(d->images[i].guid, parent))
@@ -48,7 +53,7 @@ static void merge_commit_descriptor(struct ploop_descriptor *d, const char *chil
   ps = descriptor_find_shot(d, parent);
   snprintf(ps->guid, sizeof ps->guid, "%s", child);
   snprintf(ps->parent, sizeof ps->parent, "%s", grand);
-  ps->temporary = false;
+  ps->temporary = temporary;
 }
 
 /* Copies X into P (P open read-write) and grows P to X's size if needed. */

@@ -199,3 +199,84 @@ Test(merge, delete_goes_up_when_cheaper)
   assert_disk_is(model, "after deleting the base snapshot");
   assert_all_deltas_clean();
 }
+
+/* Sets or reads the Temporary mark of snapshot GUID in the descriptor. */
+static void set_temporary(const char *guid, bool on)
+{
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  bool found = false;
+  for (size_t i = 0; i < d->n_snapshots; i++)
+    if (!strcmp(d->snapshots[i].guid, guid)) {
+      d->snapshots[i].temporary = on;
+      found = true;
+    }
+  cr_assert(found, "no snapshot %s", guid);
+  OK(ploop_descriptor_save(d));
+  ploop_descriptor_free(d);
+}
+
+static bool is_temporary(const char *guid)
+{
+  struct ploop_descriptor *d = NOTNULL(ploop_descriptor_load(test_dir));
+  int found = -1;
+  for (size_t i = 0; i < d->n_snapshots; i++)
+    if (!strcmp(d->snapshots[i].guid, guid))
+      found = d->snapshots[i].temporary;
+  ploop_descriptor_free(d);
+  cr_assert_neq(found, -1, "no snapshot %s", guid);
+  return found;
+}
+
+/* S1 <- S2 <- top, S2 merged into S1 while S2 is marked Temporary (as an
+ * unfinished merge of the top into it leaves it): the merged file carries
+ * S2's GUID and holds S2's not-guaranteed view, so it stays Temporary, the
+ * way up (S2 rewrote S1) and the way down (S2 is small) alike. The parent's
+ * own mark, set while it was written, does not survive either way. */
+static void merge_temporary_child(bool child_rewrites_parent)
+{
+  static uint8_t model[DISK_SIZE];
+  memset(model, 0, sizeof model);
+  make_disk(DISK_SIZE, CL / 512);
+  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  put(disk, 1, 0, 16 * CL);
+  model_put(model, 1, 0, 16 * CL);
+  char s1[PLOOP_UUID_LEN + 1], s2[PLOOP_UUID_LEN + 1];
+  OK(ploop_disk_snapshot(disk, NULL, s1));
+  size_t n2 = child_rewrites_parent ? 16 * CL : 2 * CL;
+  put(disk, 2, 0, n2);
+  model_put(model, 2, 0, n2);
+  OK(ploop_disk_snapshot(disk, NULL, s2));
+  put(disk, 3, 20 * CL, CL);
+  model_put(model, 3, 20 * CL, CL);
+  OK(ploop_disk_close(disk));
+  char *f1 = NOTNULL(image_path(s1)), *f2 = NOTNULL(image_path(s2));
+  ino_t ino1 = inode_of(f1), ino2 = inode_of(f2);
+  set_temporary(s2, true);
+  OK(ploop_snapshot_merge(test_dir, s2, false, NULL, NULL));
+  cr_assert_eq(n_images(), 2);
+  char *now = NOTNULL(image_path(s2));
+  cr_assert_eq(inode_of(now), child_rewrites_parent ? ino2 : ino1, "the merge went %s",
+               child_rewrites_parent ? "down, not up" : "up, not down");
+  cr_assert(is_temporary(s2), "merging %s cleared the merged child's Temporary mark",
+            child_rewrites_parent ? "up" : "down");
+  assert_disk_is(model, "top after the merge");
+  /* And an ordinary child leaves an ordinary snapshot: the top merged into
+   * the (still Temporary) S2 takes the top's unmarked state. */
+  OK(ploop_snapshot_merge(test_dir, NULL, false, NULL, NULL));
+  cr_assert(!is_temporary(PLOOP_TOP_GUID), "the merged top is marked Temporary");
+  assert_disk_is(model, "after merging the top");
+  assert_all_deltas_clean();
+  free(f1);
+  free(f2);
+  free(now);
+}
+
+Test(merge, down_keeps_the_childs_temporary_mark)
+{
+  merge_temporary_child(false);
+}
+
+Test(merge, up_keeps_the_childs_temporary_mark)
+{
+  merge_temporary_child(true);
+}
