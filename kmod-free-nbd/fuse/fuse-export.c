@@ -123,18 +123,20 @@ static void op_open(struct ploop_fuse_export *fx, struct fs_req *r)
   fs_reply(r, 0, &out, sizeof(out));
 }
 
-/* A mapped read or write done by the ring: drop the pin, answer, or take
+/* A mapped read or write done by the ring: drop the pins, answer, or take
  * the blocking path for what the direct I/O could not do in one go (a short
  * transfer, an alignment the file refused). */
 static void mapped_done(void *arg, struct fs_req *r, int res)
 {
   struct ploop_fuse_export *fx = arg;
-  ploop_disk_unmap(fx->disk);
+  for (unsigned i = 0; i < r->io_segs; i++)
+    ploop_disk_unmap(fx->disk);
+  size_t size = (size_t)r->handler_data;
   if (res >= 0 && (size_t)res == r->io_len) {
     if (r->in->opcode == FUSE_READ) {
-      fs_reply(r, 0, r->out, r->io_len);
+      fs_reply(r, 0, r->out, size);
     } else {
-      struct fuse_write_out out = {.size = (uint32_t)r->io_len};
+      struct fuse_write_out out = {.size = (uint32_t)size};
       fs_reply(r, 0, &out, sizeof(out));
     }
   } else if (res >= 0 || res == -EINVAL || res == -EAGAIN) {
@@ -144,30 +146,49 @@ static void mapped_done(void *arg, struct fs_req *r, int res)
   }
 }
 
-/* On a serving thread that must not block: has the ring do the I/O when the
- * range lies in one cluster the disk holds (the write: in the top), answers
- * a read of a hole with zeros, and leaves the rest (allocation, copy-up,
- * ranges across clusters, a disk changing shape) to a worker.  True when
- * the request is answered or on its way. */
+/* On a serving thread that must not block: has the ring do the I/O when
+ * every cluster the range touches is held (for a write: by the top), reads
+ * holes as zeros, and leaves the rest (allocation, copy-up, a disk changing
+ * shape) to a worker.  True when the request is answered or on its way. */
 static bool try_mapped(struct ploop_fuse_export *fx, struct fs_req *r, uint64_t off, size_t size,
                        bool write)
 {
-  struct ploop_mapping m;
-  int rc = ploop_disk_map(fx->disk, off, size, write ? PLOOP_MAP_WRITE : 0, &m);
-  if (rc < 0) {
+  uint64_t cs = ploop_disk_cluster_size(fx->disk);
+  struct fs_io_seg seg[FS_IO_SEGS];
+  unsigned n = 0;
+  size_t done = 0;
+  int rc = PLOOP_MAP_NONE;
+  while (done < size) {
+    uint64_t o = off + done;
+    size_t len = size - done;
+    if (len > cs - o % cs)
+      len = (size_t)(cs - o % cs);
+    struct ploop_mapping m;
+    rc = n < FS_IO_SEGS ? ploop_disk_map(fx->disk, o, len, write ? PLOOP_MAP_WRITE : 0, &m)
+                        : PLOOP_MAP_NONE;
+    if (rc == PLOOP_MAP_FILE)
+      seg[n++] = (struct fs_io_seg){.fd = m.fd, .off = m.file_offset, .buf_off = done, .len = len};
+    else if (rc == PLOOP_MAP_ZERO)
+      memset((char *)r->out + done, 0, len);
+    else
+      break;
+    done += len;
+  }
+  if (done < size) { /* a piece the ring cannot do */
+    for (unsigned i = 0; i < n; i++)
+      ploop_disk_unmap(fx->disk);
+    if (rc >= 0)
+      return false;
     fs_reply(r, disk_errno(), NULL, 0);
     return true;
   }
-  if (rc == PLOOP_MAP_ZERO) {
-    memset(r->out, 0, size);
+  if (n == 0) { /* a read of holes only */
     fs_reply(r, 0, r->out, size);
     return true;
   }
-  if (rc == PLOOP_MAP_FILE) {
-    fs_submit_io(r, m.fd, m.file_offset, size, write, mapped_done, fx);
-    return true;
-  }
-  return false;
+  r->handler_data = size;
+  fs_submit_io(r, seg, n, write, mapped_done, fx);
+  return true;
 }
 
 static void op_read(struct ploop_fuse_export *fx, struct fs_req *r)

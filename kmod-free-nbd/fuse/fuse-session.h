@@ -37,7 +37,9 @@ struct fs_req {
   bool may_block;
   bool replied;
   bool pending; /* fs_defer or fs_submit_io: answered later */
-  size_t io_len; /* what fs_submit_io asked for */
+  size_t io_len;    /* what fs_submit_io asked for: bytes ... */
+  unsigned io_segs; /* ... in so many pieces */
+  uint64_t handler_data; /* the handler's, kept until the answer */
 };
 
 /* Answers R: ERROR is 0 or a positive errno; ARG/LEN the reply payload. */
@@ -48,13 +50,21 @@ typedef void (*fs_handler_fn)(void *opaque, struct fs_req *r);
 /* Only where !r->may_block: the handler runs again for R on a worker
  * thread, with may_block set. */
 void fs_defer(struct fs_req *r);
-/* Only where !r->may_block: the ring reads LEN bytes of FD at OFF into
- * r->out (WRITE: writes r->data there), then calls DONE(ARG, R, RES) on the
- * serving thread, RES being the bytes moved or -errno.  DONE must not block;
- * it answers or calls fs_defer. */
+/* One piece of a request's file I/O: LEN bytes of FD at OFF, to or from
+ * the payload at BUF_OFF. */
+struct fs_io_seg {
+  int fd;
+  uint64_t off;
+  size_t buf_off, len;
+};
+#define FS_IO_SEGS 4
+/* Only where !r->may_block: the ring reads the N (<= FS_IO_SEGS) pieces
+ * into r->out (WRITE: writes them from r->data), then calls DONE(ARG, R,
+ * RES) on the serving thread, RES being the bytes moved or the first
+ * -errno.  DONE must not block; it answers or calls fs_defer. */
 typedef void (*fs_io_done_fn)(void *arg, struct fs_req *r, int res);
-void fs_submit_io(struct fs_req *r, int fd, uint64_t off, size_t len, bool write, fs_io_done_fn done,
-                  void *arg);
+void fs_submit_io(struct fs_req *r, const struct fs_io_seg *seg, unsigned n, bool write,
+                  fs_io_done_fn done, void *arg);
 
 struct fs_session_params {
   const char *mountpoint;

@@ -38,10 +38,12 @@ struct ring_ent {
   uint32_t last_cmd;
   uint16_t qid;
   enum step step;
-  /* STEP_IO: the backend I/O the handler asked for. */
-  int io_fd;
+  /* STEP_IO: the backend I/O the handler asked for, what of it is still
+   * in flight, and the bytes moved so far (or the first -errno). */
+  struct fs_io_seg io_seg[FS_IO_SEGS];
   bool io_write;
-  uint64_t io_off;
+  unsigned io_left;
+  int io_res;
   fs_io_done_fn io_done;
   void *io_arg;
   struct ring_ent *next; /* in the workers' queue */
@@ -194,15 +196,18 @@ void fs_defer(struct fs_req *r)
   ent_of(r)->step = STEP_WORKER;
 }
 
-void fs_submit_io(struct fs_req *r, int fd, uint64_t off, size_t len, bool write, fs_io_done_fn done,
-                  void *arg)
+void fs_submit_io(struct fs_req *r, const struct fs_io_seg *seg, unsigned n, bool write,
+                  fs_io_done_fn done, void *arg)
 {
   struct ring_ent *e = ent_of(r);
   r->pending = true;
-  r->io_len = len;
+  r->io_len = 0;
+  r->io_segs = n;
+  for (unsigned i = 0; i < n; i++) {
+    e->io_seg[i] = seg[i];
+    r->io_len += seg[i].len;
+  }
   e->step = STEP_IO;
-  e->io_fd = fd;
-  e->io_off = off;
   e->io_write = write;
   e->io_done = done;
   e->io_arg = arg;
@@ -225,13 +230,18 @@ static void advance(struct ring_thread *rt, struct ring_ent *e)
 {
   struct fs_req *r = &e->req;
   if (r->pending && e->step == STEP_IO) {
-    struct io_uring_sqe *sqe = get_sqe(&rt->ring);
-    if (e->io_write)
-      io_uring_prep_write(sqe, e->io_fd, r->data, (unsigned)r->io_len, e->io_off);
-    else
-      io_uring_prep_read(sqe, e->io_fd, r->out, (unsigned)r->io_len, e->io_off);
-    io_uring_sqe_set_data64(sqe, (uintptr_t)e | TAG_IO);
-    rt->io_inflight++;
+    e->io_left = r->io_segs;
+    e->io_res = 0;
+    for (unsigned i = 0; i < r->io_segs; i++) {
+      const struct fs_io_seg *g = &e->io_seg[i];
+      struct io_uring_sqe *sqe = get_sqe(&rt->ring);
+      if (e->io_write)
+        io_uring_prep_write(sqe, g->fd, (const char *)r->data + g->buf_off, (unsigned)g->len, g->off);
+      else
+        io_uring_prep_read(sqe, g->fd, (char *)r->out + g->buf_off, (unsigned)g->len, g->off);
+      io_uring_sqe_set_data64(sqe, (uintptr_t)e | TAG_IO);
+      rt->io_inflight++;
+    }
     count(&rt->ring_io);
     return;
   }
@@ -269,9 +279,13 @@ static void handle(struct ring_thread *rt, struct ring_ent *e)
 static void io_completed(struct ring_thread *rt, struct ring_ent *e, int res)
 {
   rt->io_inflight--;
+  if (e->io_res >= 0)
+    e->io_res = res < 0 ? res : e->io_res + res;
+  if (--e->io_left > 0)
+    return;
   e->req.pending = false;
   e->step = STEP_ANSWER;
-  e->io_done(e->io_arg, &e->req, res);
+  e->io_done(e->io_arg, &e->req, e->io_res);
   advance(rt, e);
 }
 
