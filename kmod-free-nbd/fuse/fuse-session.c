@@ -343,8 +343,7 @@ static void session_free(struct fs_session *s)
   free(s);
 }
 
-/* Waits up to MS milliseconds for every serving thread to exit. */
-static bool wait_threads(struct fs_session *s, int ms)
+bool fs_wait_zero(pthread_mutex_t *lock, pthread_cond_t *cond, const unsigned *count, int ms)
 {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -354,13 +353,19 @@ static bool wait_threads(struct fs_session *s, int ms)
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000L;
   }
-  pthread_mutex_lock(&s->lock);
-  while (s->alive > 0)
-    if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) == ETIMEDOUT)
+  pthread_mutex_lock(lock);
+  while (*count > 0)
+    if (pthread_cond_timedwait(cond, lock, &ts) == ETIMEDOUT)
       break;
-  bool done = s->alive == 0;
-  pthread_mutex_unlock(&s->lock);
+  bool done = *count == 0;
+  pthread_mutex_unlock(lock);
   return done;
+}
+
+/* Waits up to MS milliseconds for every serving thread to exit. */
+static bool wait_threads(struct fs_session *s, int ms)
+{
+  return fs_wait_zero(&s->lock, &s->cond, &s->alive, ms);
 }
 
 /* Writing to the connection's abort file fails every pending and future

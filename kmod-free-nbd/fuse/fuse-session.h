@@ -6,6 +6,7 @@
 #define PLOOP_FUSE_SESSION_H
 
 #include <linux/fuse.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -102,6 +103,9 @@ void fs_thread_init(const char *name);
  * connection: a thread whose wait was interrupted then exits. */
 bool fs_session_stopping(const struct fs_session *s);
 int fs_session_fd(const struct fs_session *s);
+/* Waits up to MS milliseconds until *COUNT (guarded by LOCK, signalled on
+ * COND) is 0; says whether it is. */
+bool fs_wait_zero(pthread_mutex_t *lock, pthread_cond_t *cond, const unsigned *count, int ms);
 
 struct fs_uring;
 /* One serving thread per online CPU, DEPTH ring entries on its CPU's queue

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <time.h>
 
 /* The low bits of a CQE's user_data say what completed for the entry. */
 enum { TAG_FUSE = 0, TAG_IO = 1, TAG_BACK = 2, TAG_MASK = 3 };
@@ -565,23 +564,11 @@ void fs_uring_kick(struct fs_uring *u, int sig)
 /* Asks the workers to finish what they hold and exit; waits up to MS. */
 static bool stop_workers(struct fs_uring *u, int ms)
 {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
   pthread_mutex_lock(&u->wlock);
   u->wstop = true;
   pthread_cond_broadcast(&u->wcond);
-  while (u->walive > 0)
-    if (pthread_cond_timedwait(&u->wcond, &u->wlock, &ts) == ETIMEDOUT)
-      break;
-  bool done = u->walive == 0;
   pthread_mutex_unlock(&u->wlock);
-  return done;
+  return fs_wait_zero(&u->wlock, &u->wcond, &u->walive, ms);
 }
 
 bool fs_uring_free(struct fs_uring *u, bool detach)
