@@ -399,8 +399,12 @@ static int merge_place(struct merge_state *ms, unsigned s)
   ms->unkicked += ms->cb;
   if (ms->unkicked >= MERGE_KICK_BYTES) {
     /* New clusters are appended, so the dirty pages are the file's tail:
-     * the whole file is as good a range as any. */
+     * the whole file is as good a range as any. Pages already written back
+     * are dropped on the way (the destination is read direct): the cache
+     * holds little more than what is in flight, and there is next to
+     * nothing left to drop at the end. */
     sync_file_range(ms->wfd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    posix_fadvise(ms->wfd, 0, 0, POSIX_FADV_DONTNEED);
     ms->unkicked = 0;
   }
   return 2;
@@ -412,7 +416,23 @@ static void *merge_aio_destroy(void *arg)
   return NULL;
 }
 
-static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, bool holes_only,
+/* The end of a merge into P when nothing is written to P afterwards: the
+ * data made durable, then the BAT pages and a clean header in one pass
+ * (delta_seal_begin, as a snapshot seals its old top) and one fdatasync,
+ * where delta_flush and the clean close after it would sync three times
+ * more (each sync a round trip to a disk still busy with the copy). */
+static int merge_seal(struct ploop_delta *p)
+{
+  if (delta_seal_begin(p) < 0)
+    return -1;
+  ploop_fault_point("merge-sealed");
+  if (fdatasync(p->fd) < 0)
+    return ploop_error_os(p->path, "fdatasync");
+  ploop_fault_point("flush-bat-written");
+  return 0;
+}
+
+static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, bool holes_only, bool seal,
                       ploop_progress_fn progress, void *opaque, uint64_t done_base, uint64_t total)
 {
   struct merge_state ms = {
@@ -512,10 +532,9 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
     if (ms.slot[s].busy && ms.slot[s].writing && ms.slot[s].fresh)
       delta_alloc_finish(p, ms.slot[s].vc, 0);
   if (rc == 0)
-    rc = delta_flush(p);
+    rc = seal ? merge_seal(p) : delta_flush(p);
   if (ms.wfd >= 0) {
-    /* Clean now: they would only crowd out others' cache (P is read
-     * direct from here on). */
+    /* The last pages are clean now. */
     if (rc == 0)
       posix_fadvise(ms.wfd, 0, 0, POSIX_FADV_DONTNEED);
     close(ms.wfd);
@@ -530,11 +549,17 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
 int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, ploop_progress_fn progress,
                      void *opaque, uint64_t done_base, uint64_t total)
 {
-  return merge_copy(x, p, skip_zero, false, progress, opaque, done_base, total);
+  return merge_copy(x, p, skip_zero, false, false, progress, opaque, done_base, total);
+}
+
+int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque,
+                            uint64_t total)
+{
+  return merge_copy(x, p, false, false, true, progress, opaque, 0, total);
 }
 
 int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress, void *opaque,
                      uint64_t total)
 {
-  return merge_copy(src, dst, false, true, progress, opaque, 0, total);
+  return merge_copy(src, dst, false, true, false, progress, opaque, 0, total);
 }
