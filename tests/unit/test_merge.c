@@ -110,7 +110,7 @@ Test(merge, down_when_the_child_is_small)
   cr_assert_str_eq(now, base);
   cr_assert_eq(inode_of(now), base_ino, "merging down writes into the base's file");
   cr_assert_eq(stray_files(), 1);
-  char tmp[4096];
+  char tmp[sizeof test_dir + sizeof PLOOP_DESCRIPTOR_NAME + 8];
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", test_dir, PLOOP_DESCRIPTOR_NAME);
   cr_assert(!file_exists(tmp), "the descriptor's .tmp (written beside the copy) is left behind");
   cr_assert_eq(pr.last_done, 3 * CL, "the way down copies the top's 3 clusters (progress in bytes)");
