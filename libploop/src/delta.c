@@ -416,13 +416,19 @@ int delta_seal_begin(struct ploop_delta *d)
     return ploop_error_os(d->path, "fdatasync");
   int rc = 0;
   pthread_mutex_lock(&d->lock);
-  for (size_t i = 0; i < d->n_pages && rc == 0; i++)
-    if (d->page_dirty[i]) {
-      rc = ploop_pwrite_full(d->fd, d->bat_raw + i * PLOOP_BAT_PAGE, PLOOP_BAT_PAGE,
-                             (uint64_t)i * PLOOP_BAT_PAGE, d->path);
-      if (rc == 0)
-        d->page_dirty[i] = 0;
+  /* A run of adjacent dirty pages goes out as one write. */
+  for (size_t i = 0, j; i < d->n_pages && rc == 0; i = j) {
+    for (j = i; j < d->n_pages && d->page_dirty[j]; j++)
+      ;
+    if (j == i) {
+      j++;
+      continue;
     }
+    rc = ploop_pwrite_full(d->fd, d->bat_raw + i * PLOOP_BAT_PAGE, (j - i) * PLOOP_BAT_PAGE,
+                           (uint64_t)i * PLOOP_BAT_PAGE, d->path);
+    if (rc == 0)
+      memset(d->page_dirty + i, 0, j - i);
+  }
   if (rc == 0)
     d->any_dirty = false;
   pthread_mutex_unlock(&d->lock);
@@ -540,10 +546,13 @@ int delta_flush(struct ploop_delta *d)
     rc = ploop_error_os(d->path, "fdatasync");
   if (rc == 0 && n)
     ploop_fault_point("flush-data-synced");
-  for (size_t k = 0; rc == 0 && k < n && copy; k++) {
+  for (size_t k = 0, m; rc == 0 && k < n && copy; k = m) {
     /* The header lives in page 0: the copy may hold a stale header only
-     * if someone changed it without delta_write_header, which no one does. */
-    rc = ploop_pwrite_full(d->fd, copy + k * PLOOP_BAT_PAGE, PLOOP_BAT_PAGE,
+     * if someone changed it without delta_write_header, which no one does.
+     * Adjacent pages sit side by side in the copy: one write per run. */
+    for (m = k + 1; m < n && pages[m] == pages[m - 1] + 1; m++)
+      ;
+    rc = ploop_pwrite_full(d->fd, copy + k * PLOOP_BAT_PAGE, (m - k) * PLOOP_BAT_PAGE,
                            (uint64_t)pages[k] * PLOOP_BAT_PAGE, d->path);
   }
   if (rc == 0 && n && fdatasync(d->fd) < 0)
