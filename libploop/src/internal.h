@@ -184,10 +184,10 @@ int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags);
 void disk_close_deltas(struct ploop_disk *disk, bool clean);
 
 /* ---- copy helpers (copy.c) ---- */
-/* Copy every cluster X holds into P (below it), appending in P as needed. */
 /* ploop_export_raw with explicit open flags (PLOOP_OPEN_NO_LOCK when the caller holds the lock). */
 int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *dst, unsigned open_flags,
                ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats);
+/* Copy every cluster X holds into P (below it), appending in P as needed. */
 int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, ploop_progress_fn progress,
                      void *opaque, uint64_t done_base, uint64_t total);
 /* Copies into DST every cluster SRC holds and DST lacks, within DST's size;
@@ -195,6 +195,11 @@ int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zer
  * BAT, durable). */
 int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress, void *opaque,
                      uint64_t total);
+/* merge_delta_into for a P that is written no more after it: P ends
+ * durable with its BAT pages and a clean header on disk in one pass, so the
+ * caller closes it without another write (rdwr cleared). */
+int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque,
+                            uint64_t total);
 /* Undo an interrupted version conversion from its backup (check -r). 1 = restored, 0 = no backup. */
 int convert_restore_backup(const char *path);
 

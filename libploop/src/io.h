@@ -41,13 +41,6 @@ void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, voi
                int write);
 int aio_reap(struct ploop_aio *a, unsigned *slots, bool *failed);
 
-/* merge_delta_into (internal.h) for a P that is written no more after it:
- * P ends durable with its BAT pages and a clean header on disk in one
- * pass, so the caller closes it without another write (rdwr cleared). */
-struct ploop_delta;
-int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque,
-                            uint64_t total);
-
 /* fdatasync N FDs, up to 8 at once, so their latencies overlap. */
 int sync_all(const int *fds, const char *const *paths, unsigned n);
 
