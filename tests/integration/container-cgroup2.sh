@@ -35,6 +35,10 @@ if [[ $mode == v2 ]]; then
   [[ $(cat "$dir/pids.max") -eq 50 ]] || fail "pids.max"
 fi
 
+# The freeze check counts ticks: wait for the first (a loaded host may take
+# a while to run the shell's first write).
+for _ in $(seq 100); do [[ -s $CTROOT/v/rootfs/root/ticks ]] && break; sleep 0.1; done
+[[ -s $CTROOT/v/rootfs/root/ticks ]] || fail "the container wrote no tick in 10 s"
 ct freeze v
 grep -qx "frozen 1" "$dir/cgroup.events" || fail "cgroup.events does not say frozen"
 [[ $(ct list | awk '$1 == "v" {print $2}') == frozen ]] || fail "list does not say frozen"
