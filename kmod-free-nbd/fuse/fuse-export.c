@@ -256,6 +256,10 @@ static void op_write(struct ploop_fuse_export *fx, struct fs_req *r)
 
 static void op_fsync(struct ploop_fuse_export *fx, struct fs_req *r)
 {
+  if (!r->may_block) {
+    fs_defer(r); /* a flush waits for the disk */
+    return;
+  }
   if (!fx->readonly && ploop_disk_flush(fx->disk) < 0) {
     fs_reply(r, disk_errno(), NULL, 0);
     return;
@@ -270,6 +274,10 @@ static void op_fallocate(struct ploop_fuse_export *fx, struct fs_req *r)
   const struct fuse_fallocate_in *in = r->arg;
   uint64_t disk_size = atomic_load(&fx->size);
   uint64_t off = in->offset, len = in->length;
+  if (!r->may_block) {
+    fs_defer(r); /* discard and zeroing wait for the disk */
+    return;
+  }
   if (fx->readonly) {
     fs_reply(r, EROFS, NULL, 0);
     return;
@@ -351,15 +359,8 @@ static void handle(void *opaque, struct fs_req *r)
   case FUSE_OPEN: op_open(fx, r); break;
   case FUSE_READ: op_read(fx, r); break;
   case FUSE_WRITE: op_write(fx, r); break;
-  case FUSE_FSYNC:
-  case FUSE_FALLOCATE:
-    if (!r->may_block)
-      fs_defer(r); /* flush, discard and zeroing wait for the disk */
-    else if (r->in->opcode == FUSE_FSYNC)
-      op_fsync(fx, r);
-    else
-      op_fallocate(fx, r);
-    break;
+  case FUSE_FSYNC: op_fsync(fx, r); break;
+  case FUSE_FALLOCATE: op_fallocate(fx, r); break;
   case FUSE_STATFS: op_statfs(fx, r); break;
   case FUSE_FLUSH:
   case FUSE_RELEASE:

@@ -442,11 +442,13 @@ void fs_session_inval_inode(struct fs_session *s, uint64_t ino)
  * has an entry, and does not tell us when. */
 static bool ring_answers(struct fs_session *s)
 {
-  uint64_t before = fs_uring_served(s->ring);
+  struct fs_stats before = {0}, after = {0};
+  fs_uring_stats(s->ring, &before);
   struct statfs sf;
   if (statfs(s->mountpoint, &sf) != 0)
     return false;
-  return fs_uring_served(s->ring) > before;
+  fs_uring_stats(s->ring, &after);
+  return after.served > before.served;
 }
 
 struct fs_session *fs_session_start(const struct fs_session_params *p)

@@ -120,8 +120,6 @@ void fs_uring_kick(struct fs_uring *u, int sig);
 /* After the connection ended: joins when DETACH is false, then frees.
  * False when a thread was left running (then U stays allocated). */
 bool fs_uring_free(struct fs_uring *u, bool detach);
-/* Requests the ring has answered so far. */
-uint64_t fs_uring_served(const struct fs_uring *u);
 /* Adds the ring's counters to ST. */
 void fs_uring_stats(const struct fs_uring *u, struct fs_stats *st);
 

@@ -90,14 +90,6 @@ struct fs_uring {
   unsigned walive;
 };
 
-uint64_t fs_uring_served(const struct fs_uring *u)
-{
-  uint64_t n = 0;
-  for (unsigned i = 0; i < u->nthreads; i++)
-    n += atomic_load_explicit(&u->t[i].served, memory_order_relaxed);
-  return n;
-}
-
 void fs_uring_stats(const struct fs_uring *u, struct fs_stats *st)
 {
   for (unsigned i = 0; i < u->nthreads; i++) {

@@ -117,8 +117,7 @@ static void print_text(const struct info *in)
       fuse_transport(in->server_json, tr, sizeof tr);
       printf("%-18s %s (%s)\n", "device:", in->att.device, in->att.readonly ? "ro" : "rw");
       if (tr[0])
-        printf("%-18s loop device on a FUSE file, FUSE over %s\n", "attached by:",
-               strcmp(tr, "io_uring") ? "/dev/fuse" : "io_uring");
+        printf("%-18s loop device on a FUSE file, FUSE over %s\n", "attached by:", tr);
       if (in->att.mount_point[0])
         printf("%-18s %s (%s)\n", "mounted on:", in->att.mount_point, in->att.fstype);
       if (in->have_fs) {
