@@ -147,40 +147,36 @@ rm -rf "$W/disk" "$W/disk64"
 # of the output files on both sides, cheap after those.
 ino() { stat -c %i "$1"; }
 way() { [[ $1 == "$(ino "$2")" ]] && echo down || echo up; } # did the base file survive?
-"$PLOOP" import "$W/a.raw" "$W/m" >/dev/null
-"$PLOOP" snapshot "$W/m" >/dev/null
-"$PLOOP" import "$W/b.raw" "$W/m" >/dev/null
-qemu-img convert -f raw -O qcow2 "$W/a.raw" "$W/base.qcow2"
-qemu-img create -q -f qcow2 -b "$W/base.qcow2" -F qcow2 "$W/top.qcow2"
-qemu-img convert -n -f raw -O qcow2 "$W/b.raw" "$W/top.qcow2"
-base_ino=$(ino "$W/m/root.hds")
-t_ours=$(timed "$W/m" "$PLOOP" snapshot-merge -A "$W/m")
-t_qemu=$(timed "$W/base.qcow2" qemu-img commit -q "$W/top.qcow2")
-row "merge: top rewrote base (ours $(way "$base_ino" "$W/m/root.hds"))" "$t_ours" "$t_qemu"
-"$PLOOP" export -o "$W/m.raw" "$W/m" >/dev/null
-cmp "$W/b.raw" "$W/m.raw" || echo "WARNING: merged disk differs from its data"
-rm -rf "$W/m" "$W/m.raw" "$W/base.qcow2" "$W/top.qcow2"
-
-# Layout 2: the base from a in the second half of a sparse file; ours then
-# imports b+a (import writes only what differs: b's half), qemu writes b
-# into its top (a raw source shorter than the image: the rest stays unwritten).
+# merge_layout LABEL BASE TOP QEMU_TOP [DROP...]: our chain is BASE imported,
+# a snapshot, TOP imported over it (import writes only what differs); qemu's
+# is BASE as qcow2 with QEMU_TOP written into its top (a raw source shorter
+# than the image leaves the rest unwritten). DROP files are removed once both
+# chains exist (disk space). Times both merges; both results must equal TOP.
+merge_layout() {
+  local label=$1 base=$2 top=$3 qtop=$4 base_ino t_ours t_qemu
+  shift 4
+  "$PLOOP" import "$base" "$W/m" >/dev/null
+  "$PLOOP" snapshot "$W/m" >/dev/null
+  "$PLOOP" import "$top" "$W/m" >/dev/null
+  qemu-img convert -f raw -O qcow2 "$base" "$W/base.qcow2"
+  qemu-img create -q -f qcow2 -b "$W/base.qcow2" -F qcow2 "$W/top.qcow2"
+  qemu-img convert -n -f raw -O qcow2 "$qtop" "$W/top.qcow2"
+  rm -f "$@"
+  base_ino=$(ino "$W/m/root.hds")
+  t_ours=$(timed "$W/m" "$PLOOP" snapshot-merge -A "$W/m")
+  t_qemu=$(timed "$W/base.qcow2" qemu-img commit -q "$W/top.qcow2")
+  row "merge: $label (ours $(way "$base_ino" "$W/m/root.hds"))" "$t_ours" "$t_qemu"
+  "$PLOOP" export -o "$W/m.raw" "$W/m" >/dev/null
+  cmp "$top" "$W/m.raw" || echo "WARNING: merged disk differs from its data"
+  qemu-img convert -f qcow2 -O raw "$W/base.qcow2" "$W/q.raw"
+  cmp "$top" "$W/q.raw" || echo "WARNING: qemu's committed base differs from the data"
+  rm -rf "$W/m" "$W/m.raw" "$W/q.raw" "$W/base.qcow2" "$W/top.qcow2"
+}
+merge_layout "top rewrote base" "$W/a.raw" "$W/b.raw" "$W/b.raw"
+# Layout 2: the base from a in the second half of a sparse file.
 truncate -s "${SIZE_MIB}M" "$W/za.raw"
 cat "$W/a.raw" >>"$W/za.raw"
 cat "$W/b.raw" "$W/a.raw" >"$W/ba.raw"
-"$PLOOP" import "$W/za.raw" "$W/m" >/dev/null
-"$PLOOP" snapshot "$W/m" >/dev/null
-"$PLOOP" import "$W/ba.raw" "$W/m" >/dev/null
-qemu-img convert -f raw -O qcow2 "$W/za.raw" "$W/base.qcow2"
-qemu-img create -q -f qcow2 -b "$W/base.qcow2" -F qcow2 "$W/top.qcow2"
-qemu-img convert -n -f raw -O qcow2 "$W/b.raw" "$W/top.qcow2"
-rm -f "$W/za.raw"
-base_ino=$(ino "$W/m/root.hds")
-t_ours=$(timed "$W/m" "$PLOOP" snapshot-merge -A "$W/m")
-t_qemu=$(timed "$W/base.qcow2" qemu-img commit -q "$W/top.qcow2")
-row "merge: top beside base (ours $(way "$base_ino" "$W/m/root.hds"))" "$t_ours" "$t_qemu"
-"$PLOOP" export -o "$W/m.raw" "$W/m" >/dev/null
-cmp "$W/ba.raw" "$W/m.raw" || echo "WARNING: merged disk differs from its data"
-qemu-img convert -f qcow2 -O raw "$W/base.qcow2" "$W/q.raw"
-cmp "$W/ba.raw" "$W/q.raw" || echo "WARNING: qemu's committed base differs from the data"
-rm -rf "$W/m" "$W/m.raw" "$W/q.raw" "$W/ba.raw" "$W/base.qcow2" "$W/top.qcow2"
+merge_layout "top beside base" "$W/za.raw" "$W/ba.raw" "$W/b.raw" "$W/za.raw"
+rm -f "$W/ba.raw"
 echo "(ratio > 1: ploop is faster; every timing includes an fsync of the output)"
