@@ -55,6 +55,8 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
   int rc = -1, fd = -1;
   uint8_t *bufs = NULL;
   struct ploop_aio aio = {0};
+  struct wb_kicker wb;
+  bool kicking = false;
   uint64_t cb = disk->cluster_bytes, size = disk->size_bytes;
   uint64_t clusters = div_round_up(size, cb);
   unsigned batch = batch_clusters(cb);
@@ -80,8 +82,10 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
   bufs = ploop_aligned_alloc((size_t)cb * batch * 2);
   if (!bufs || aio_init(&aio, batch * 2) < 0)
     goto out;
+  wb_kicker_start(&wb, fd, false);
+  kicking = true;
   /* Double buffering: batch k's writes go out with batch k+1's reads. */
-  uint64_t pending_first = 0;
+  uint64_t pending_first = 0, written = 0;
   unsigned pending_n = 0, half = 0;
   unsigned char wmask[COPY_MAX_BATCH];
   for (uint64_t first = 0;; first += batch) {
@@ -104,13 +108,14 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
         size_t len = (size_t)min_u64(cb, size - vc * cb);
         aio_queue(&aio, fd, dst, wbuf + (size_t)i * cb, round_up(len, 512), vc * cb, 1);
         st.clusters_written++;
+        written += cb;
       }
     if (aio_run(&aio) < 0)
       goto out;
-    /* Start writeback of what was just written, so it overlaps the next
-     * reads instead of piling up for the final fsync. */
-    if (pending_n)
-      sync_file_range(fd, (off64_t)(pending_first * cb), (off64_t)pending_n * (off64_t)cb, SYNC_FILE_RANGE_WRITE);
+    /* Writeback of what was just written starts beside the next reads
+     * instead of piling up for the final fsync. */
+    wb_kicker_wrote(&wb, written);
+    written = 0;
     if (pending_n && progress)
       progress(opaque, min_u64((pending_first + pending_n) * cb, size), size);
     if (n == 0)
@@ -124,6 +129,8 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
     pending_n = n;
     half ^= 1;
   }
+  wb_kicker_stop(&wb);
+  kicking = false;
   /* Writes of a last partial sector may have extended the file. */
   if (ftruncate(fd, (off_t)size) < 0 || fsync(fd) < 0) {
     ploop_error_os(dst, "sync");
@@ -132,6 +139,8 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
   st.bytes_total = size;
   rc = 0;
 out:
+  if (kicking)
+    wb_kicker_stop(&wb);
   aio_destroy(&aio);
   free(bufs);
   if (fd >= 0)
@@ -309,11 +318,10 @@ out:
 #define MERGE_INFLIGHT_BYTES (64u << 20)
 /* The writes go through the page cache (as export's do): a write is a copy
  * into memory, so the loop goes straight back to reading, and writeback,
- * started after every MERGE_KICK_BYTES, streams the data out in large
- * requests beside the reads. Direct writes into new clusters of the same
- * queue took twice as long on the 1 GiB merge bench, and all of their data
- * was still to flush at the end (the disk's write cache). */
-#define MERGE_KICK_BYTES (32u << 20)
+ * started by a wb_kicker thread every WB_KICK_BYTES, streams the data out
+ * in large requests beside the reads. Direct writes into new clusters of
+ * the same queue took twice as long on the 1 GiB merge bench, and all of
+ * their data was still to flush at the end (the disk's write cache). */
 
 struct merge_slot {
   uint64_t vc, dst;
@@ -328,8 +336,13 @@ struct merge_state {
   uint64_t reserved;   /* P's file size: new clusters below it can be written */
   uint64_t fresh_left; /* clusters X holds and P lacks, not placed yet */
   unsigned depth;
-  int wfd;           /* the destination through the page cache; -1: direct, in the queue */
-  uint64_t unkicked; /* bytes written through WFD since writeback was last started */
+  int wfd; /* the destination through the page cache; -1: direct, in the queue */
+  /* Starts writeback of WFD's pages beside the loop. New clusters are
+   * appended, so the dirty pages are the file's tail: the whole file is as
+   * good a range as any. Pages already written back are dropped on the way
+   * (the destination is read direct): the cache holds little more than
+   * what is in flight, and next to nothing is left to drop at the end. */
+  struct wb_kicker wb;
   struct ploop_aio aio;
   uint8_t *buf;
   struct merge_slot *slot;
@@ -396,17 +409,7 @@ static int merge_place(struct merge_state *ms, unsigned s)
   }
   if (ploop_pwrite_full(ms->wfd, b, ms->cb, sl->dst, p->path) < 0)
     return -1;
-  ms->unkicked += ms->cb;
-  if (ms->unkicked >= MERGE_KICK_BYTES) {
-    /* New clusters are appended, so the dirty pages are the file's tail:
-     * the whole file is as good a range as any. Pages already written back
-     * are dropped on the way (the destination is read direct): the cache
-     * holds little more than what is in flight, and there is next to
-     * nothing left to drop at the end. */
-    sync_file_range(ms->wfd, 0, 0, SYNC_FILE_RANGE_WRITE);
-    posix_fadvise(ms->wfd, 0, 0, POSIX_FADV_DONTNEED);
-    ms->unkicked = 0;
-  }
+  wb_kicker_wrote(&ms->wb, ms->cb);
   return 2;
 }
 
@@ -454,6 +457,8 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
    * covers these pages too (one inode). If it cannot be opened, the writes
    * go direct through the queue. */
   ms.wfd = open(p->path, O_WRONLY | O_CLOEXEC);
+  if (ms.wfd >= 0)
+    wb_kicker_start(&ms.wb, ms.wfd, true);
   int rc = 0;
   uint64_t size0 = 0;
   if (!p->raw) {
@@ -531,6 +536,8 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
   for (unsigned s = 0; s < ms.depth; s++)
     if (ms.slot[s].busy && ms.slot[s].writing && ms.slot[s].fresh)
       delta_alloc_finish(p, ms.slot[s].vc, 0);
+  if (ms.wfd >= 0)
+    wb_kicker_stop(&ms.wb);
   if (rc == 0)
     rc = seal ? merge_seal(p) : delta_flush(p);
   if (ms.wfd >= 0) {

@@ -1,4 +1,6 @@
-/* libaio batches: queue, submit once, wait for all; and parallel syncs. */
+/* libaio batches: queue, submit once, wait for all; parallel syncs; writeback
+ * started beside a copy loop. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -202,4 +204,71 @@ int sync_all(const int *fds, const char *const *paths, unsigned n)
     if (jobs[i].err)
       return ploop_error(PLOOP_ERR_IO, jobs[i].err, "%s: fdatasync: %s", paths[i], strerror(jobs[i].err));
   return 0;
+}
+
+static void wb_kick(struct wb_kicker *k)
+{
+  /* Advisory both: a failure shows up in the caller's final sync. */
+  sync_file_range(k->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+  if (k->drop)
+    posix_fadvise(k->fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+static void *wb_kicker_main(void *arg)
+{
+  struct wb_kicker *k = arg;
+  pthread_mutex_lock(&k->mu);
+  for (;;) {
+    while (!k->stop && k->asked == k->kicked)
+      pthread_cond_wait(&k->cv, &k->mu);
+    if (k->asked == k->kicked)
+      break;
+    uint64_t target = k->asked;
+    pthread_mutex_unlock(&k->mu);
+    wb_kick(k);
+    pthread_mutex_lock(&k->mu);
+    k->kicked = target;
+    pthread_cond_broadcast(&k->cv);
+  }
+  pthread_mutex_unlock(&k->mu);
+  return NULL;
+}
+
+void wb_kicker_start(struct wb_kicker *k, int fd, bool drop)
+{
+  *k = (struct wb_kicker){.fd = fd, .drop = drop};
+  pthread_mutex_init(&k->mu, NULL);
+  pthread_cond_init(&k->cv, NULL);
+  k->threaded = pthread_create(&k->tid, NULL, wb_kicker_main, k) == 0;
+}
+
+void wb_kicker_wrote(struct wb_kicker *k, uint64_t bytes)
+{
+  k->written += bytes;
+  if (k->written - k->asked < WB_KICK_BYTES)
+    return;
+  if (!k->threaded) {
+    wb_kick(k);
+    k->asked = k->kicked = k->written;
+    return;
+  }
+  pthread_mutex_lock(&k->mu);
+  k->asked = k->written;
+  pthread_cond_broadcast(&k->cv);
+  while (k->written - k->kicked > WB_LAG_BYTES)
+    pthread_cond_wait(&k->cv, &k->mu);
+  pthread_mutex_unlock(&k->mu);
+}
+
+void wb_kicker_stop(struct wb_kicker *k)
+{
+  if (k->threaded) {
+    pthread_mutex_lock(&k->mu);
+    k->stop = true;
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    pthread_join(k->tid, NULL);
+  }
+  pthread_mutex_destroy(&k->mu);
+  pthread_cond_destroy(&k->cv);
 }
