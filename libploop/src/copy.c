@@ -432,6 +432,7 @@ static int merge_seal(struct ploop_delta *p)
   if (fdatasync(p->fd) < 0)
     return ploop_error_os(p->path, "fdatasync");
   ploop_fault_point("flush-bat-written");
+  p->rdwr = false; /* nothing more goes to P: its close writes nothing */
   return 0;
 }
 
@@ -568,5 +569,5 @@ int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_
 int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress, void *opaque,
                      uint64_t total)
 {
-  return merge_copy(src, dst, false, true, false, progress, opaque, 0, total);
+  return merge_copy(src, dst, false, true, true, progress, opaque, 0, total);
 }

@@ -191,8 +191,8 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
 int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, ploop_progress_fn progress,
                      void *opaque, uint64_t done_base, uint64_t total);
 /* Copies into DST every cluster SRC holds and DST lacks, within DST's size;
- * DST's own clusters are never written. Ends with DST flushed (data, then
- * BAT, durable). */
+ * DST's own clusters are never written. Ends with DST sealed: data, then
+ * BAT and a clean header, durable; DST is read-only in memory after. */
 int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress, void *opaque,
                      uint64_t total);
 /* merge_delta_into for a P that is written no more after it: P ends

@@ -67,12 +67,8 @@ static int merge_data(struct ploop_delta *x, struct ploop_delta *p, ploop_progre
   if (!p->raw && x->h.size_sectors > p->h.size_sectors && delta_set_size(p, x->h.size_sectors, false) < 0)
     return -1;
   uint64_t total = delta_count_allocated(x);
-  if (seal && (p->raw || x->h.size_sectors >= p->h.size_sectors)) {
-    if (merge_delta_into_sealed(x, p, progress, opaque, total) < 0)
-      return -1;
-    p->rdwr = false;
-    return 0;
-  }
+  if (seal && (p->raw || x->h.size_sectors >= p->h.size_sectors))
+    return merge_delta_into_sealed(x, p, progress, opaque, total);
   if (merge_delta_into(x, p, false, progress, opaque, 0, total) < 0)
     return -1;
   if (!p->raw && x->h.size_sectors < p->h.size_sectors && delta_set_size(p, x->h.size_sectors, true) < 0)
@@ -123,6 +119,8 @@ static int merge_up(struct ploop_descriptor *d, const char *child, const char *p
   int rc = -1;
   if (!child_path || !parent_path || !parent_file)
     goto out;
+  /* The fill seals X (one sync for its BAT and clean header, not the three
+   * of a flush and a clean close). */
   if (up && merge_fill_holes(p, x, progress, opaque, up) < 0)
     goto out;
   rc = delta_close(x, true);
