@@ -6,7 +6,9 @@
 # `qemu-img commit` of the same data in a qcow2 chain, in two layouts.  Every timed run ends
 # with its output durable (fsync of that output) and starts with cold caches (except
 # the snapshot latencies, see below).
-#   env: SIZE_MIB (default 1024), REPEAT (snapshot runs, default 5)
+#   env: SIZE_MIB (default 1024), REPEAT (snapshot runs, default 5), MERGE_ROUNDS
+#   (default 3), BENCH_DIR (default /var/tmp; "ram": ext4 on a tmpfs-backed
+#   direct-I/O loop device, see common.sh)
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${PLOOP_BUILD:-$TOP/build}
@@ -15,23 +17,31 @@ PLOOP=$BUILD/bin/ploop
 PLOOP_NBD=$BUILD/bin/ploop-nbd
 SIZE_MIB=${SIZE_MIB:-1024}
 REPEAT=${REPEAT:-5}
+MERGE_ROUNDS=${MERGE_ROUNDS:-3}
 for t in qemu-img python3; do
   command -v $t >/dev/null || { echo "image bench: $t not installed, skipped"; exit 0; }
 done
 [[ -x $PLOOP ]] || { echo "image bench: build first (make all)"; exit 1; }
 export PLOOP_NO_PROGRESS=1
 
+source "$(dirname "$0")/common.sh"
+stop_daemon() { [[ -f $W/nbd.pid ]] && kill "$(cat "$W/nbd.pid")" 2>/dev/null; rm -f "$W/nbd.pid"; sleep 0.3; }
+W=
+trap 'stop_daemon; rm -rf "$W"; bench_cleanup' EXIT
 # Two sources, two images, two exports; the merge's second layout needs the
 # two sources, a+b and both chains of twice the size at once: about 8x.
 need_kb=$((SIZE_MIB * 8 * 1024))
-free_kb=$(df -k --output=avail /var/tmp | tail -1)
+if [[ ${BENCH_DIR:-} == ram ]]; then
+  bench_ram_dir $(((need_kb / 1024 / 1024) + 2)) || { echo "image bench (ram): skipped"; exit 0; }
+  BENCH_DIR=$RAM_DIR
+fi
+DIR=${BENCH_DIR:-/var/tmp}
+free_kb=$(df -k --output=avail "$DIR" | tail -1)
 if ((free_kb < need_kb)); then
-  echo "image bench: needs $((need_kb / 1024)) MiB free in /var/tmp, has $((free_kb / 1024)) MiB; skipped"
+  echo "image bench: needs $((need_kb / 1024)) MiB free in $DIR, has $((free_kb / 1024)) MiB; skipped"
   exit 0
 fi
-W=$(mktemp -d /var/tmp/ploop-bench-image.XXXXXX)
-stop_daemon() { [[ -f $W/nbd.pid ]] && kill "$(cat "$W/nbd.pid")" 2>/dev/null; rm -f "$W/nbd.pid"; sleep 0.3; }
-trap 'stop_daemon; rm -rf "$W"' EXIT
+W=$(mktemp -d "$DIR/ploop-bench-image.XXXXXX")
 
 DROP=yes
 drop_caches() {
@@ -147,36 +157,54 @@ rm -rf "$W/disk" "$W/disk64"
 # of the output files on both sides, cheap after those.
 ino() { stat -c %i "$1"; }
 way() { [[ $1 == "$(ino "$2")" ]] && echo down || echo up; } # did the base file survive?
-# merge_layout LABEL BASE TOP QEMU_TOP [DROP...]: our chain is BASE imported,
-# a snapshot, TOP imported over it (import writes only what differs); qemu's
-# is BASE as qcow2 with QEMU_TOP written into its top (a raw source shorter
-# than the image leaves the rest unwritten). DROP files are removed once both
-# chains exist (disk space). Times both merges; both results must equal TOP.
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {printf "%.3f", a[int((NR + 1) / 2)]}'; }
+# merge_layout LABEL PREP BASE TOP QEMU_TOP [DROP...]: MERGE_ROUNDS rounds of:
+# PREP (a command making the sources), our chain BASE imported, a snapshot,
+# TOP imported over it (import writes only what differs); qemu's BASE as
+# qcow2 with QEMU_TOP written into its top (a raw source shorter than the
+# image leaves the rest unwritten); DROP files removed (disk space); both
+# merges timed, ours first in odd rounds and qemu's first in even ones (the
+# shared disk is still busy with the last writes when the second starts);
+# both results must equal TOP. Prints the medians and every round.
 merge_layout() {
-  local label=$1 base=$2 top=$3 qtop=$4 base_ino t_ours t_qemu
-  shift 4
-  "$PLOOP" import "$base" "$W/m" >/dev/null
-  "$PLOOP" snapshot "$W/m" >/dev/null
-  "$PLOOP" import "$top" "$W/m" >/dev/null
-  qemu-img convert -f raw -O qcow2 "$base" "$W/base.qcow2"
-  qemu-img create -q -f qcow2 -b "$W/base.qcow2" -F qcow2 "$W/top.qcow2"
-  qemu-img convert -n -f raw -O qcow2 "$qtop" "$W/top.qcow2"
-  rm -f "$@"
-  base_ino=$(ino "$W/m/root.hds")
-  t_ours=$(timed "$W/m" "$PLOOP" snapshot-merge -A "$W/m")
-  t_qemu=$(timed "$W/base.qcow2" qemu-img commit -q "$W/top.qcow2")
-  row "merge: $label (ours $(way "$base_ino" "$W/m/root.hds"))" "$t_ours" "$t_qemu"
-  "$PLOOP" export -o "$W/m.raw" "$W/m" >/dev/null
-  cmp "$top" "$W/m.raw" || echo "WARNING: merged disk differs from its data"
-  qemu-img convert -f qcow2 -O raw "$W/base.qcow2" "$W/q.raw"
-  cmp "$top" "$W/q.raw" || echo "WARNING: qemu's committed base differs from the data"
-  rm -rf "$W/m" "$W/m.raw" "$W/q.raw" "$W/base.qcow2" "$W/top.qcow2"
+  local label=$1 prep=$2 base=$3 top=$4 qtop=$5 base_ino way_taken r o q ours=() qemu=() rounds=""
+  shift 5
+  for ((r = 1; r <= MERGE_ROUNDS; r++)); do
+    $prep
+    "$PLOOP" import "$base" "$W/m" >/dev/null
+    "$PLOOP" snapshot "$W/m" >/dev/null
+    "$PLOOP" import "$top" "$W/m" >/dev/null
+    qemu-img convert -f raw -O qcow2 "$base" "$W/base.qcow2"
+    qemu-img create -q -f qcow2 -b "$W/base.qcow2" -F qcow2 "$W/top.qcow2"
+    qemu-img convert -n -f raw -O qcow2 "$qtop" "$W/top.qcow2"
+    rm -f "$@"
+    base_ino=$(ino "$W/m/root.hds")
+    if ((r % 2)); then
+      o=$(timed "$W/m" "$PLOOP" snapshot-merge -A "$W/m")
+      q=$(timed "$W/base.qcow2" qemu-img commit -q "$W/top.qcow2")
+    else
+      q=$(timed "$W/base.qcow2" qemu-img commit -q "$W/top.qcow2")
+      o=$(timed "$W/m" "$PLOOP" snapshot-merge -A "$W/m")
+    fi
+    ours+=("$o") qemu+=("$q") rounds+=" $o/$q"
+    way_taken=$(way "$base_ino" "$W/m/root.hds")
+    "$PLOOP" export -o "$W/m.raw" "$W/m" >/dev/null
+    cmp "$top" "$W/m.raw" || echo "WARNING: merged disk differs from its data"
+    rm -rf "$W/m" "$W/m.raw"
+    qemu-img convert -f qcow2 -O raw "$W/base.qcow2" "$W/q.raw"
+    cmp "$top" "$W/q.raw" || echo "WARNING: qemu's committed base differs from the data"
+    rm -f "$W/q.raw" "$W/base.qcow2" "$W/top.qcow2"
+  done
+  row "merge: $label (ours $way_taken)" "$(median "${ours[@]}")" "$(median "${qemu[@]}")"
+  echo "  (medians of $MERGE_ROUNDS rounds, ours/qemu s:$rounds)"
 }
-merge_layout "top rewrote base" "$W/a.raw" "$W/b.raw" "$W/b.raw"
+merge_layout "top rewrote base" : "$W/a.raw" "$W/b.raw" "$W/b.raw"
 # Layout 2: the base from a in the second half of a sparse file.
-truncate -s "${SIZE_MIB}M" "$W/za.raw"
-cat "$W/a.raw" >>"$W/za.raw"
-cat "$W/b.raw" "$W/a.raw" >"$W/ba.raw"
-merge_layout "top beside base" "$W/za.raw" "$W/ba.raw" "$W/b.raw" "$W/za.raw"
+layout2() {
+  truncate -s "${SIZE_MIB}M" "$W/za.raw"
+  cat "$W/a.raw" >>"$W/za.raw"
+  cat "$W/b.raw" "$W/a.raw" >"$W/ba.raw"
+}
+merge_layout "top beside base" layout2 "$W/za.raw" "$W/ba.raw" "$W/b.raw" "$W/za.raw"
 rm -f "$W/ba.raw"
 echo "(ratio > 1: ploop is faster; every timing includes an fsync of the output)"

@@ -26,24 +26,16 @@ done
 [[ $(id -u) -eq 0 && -c /dev/fuse ]] || { echo "mount bench: needs root and /dev/fuse, skipped"; exit 0; }
 [[ -x $PLOOP && -x $PLOOP_NBD ]] || { echo "mount bench: build first (make all)"; exit 1; }
 
-undo=()
+source "$(dirname "$0")/common.sh"
 at_exit() {
-  local i
-  for ((i = ${#undo[@]} - 1; i >= 0; i--)); do eval "${undo[i]}" >/dev/null 2>&1 || true; done
+  bench_cleanup
   rm -rf "$W"
 }
 trap at_exit EXIT
 W=
 if [[ ${BENCH_DIR:-} == ram ]]; then
-  RAMDIR=$(mktemp -d /var/tmp/ploop-bench-ram.XXXXXX)
-  undo+=("rmdir $RAMDIR")
-  truncate -s 8G /dev/shm/ploop-bench-ram.img
-  undo+=("rm -f /dev/shm/ploop-bench-ram.img")
-  rdev=$(losetup -f --show --direct-io=on /dev/shm/ploop-bench-ram.img)
-  undo+=("losetup -d $rdev")
-  mkfs.ext4 -q -F "$rdev"
-  mount "$rdev" "$RAMDIR"
-  undo+=("umount $RAMDIR")
+  bench_ram_dir 8 || { echo "mount bench (ram): skipped"; exit 0; }
+  RAMDIR=$RAM_DIR
   BENCH_DIR=$RAMDIR
 fi
 W=$(mktemp -d "${BENCH_DIR:-/var/tmp}/ploop-bench-mount.XXXXXX")
