@@ -55,8 +55,7 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
   int rc = -1, fd = -1;
   uint8_t *bufs = NULL;
   struct ploop_aio aio = {0};
-  struct wb_kicker wb;
-  bool kicking = false;
+  struct wb_kicker wb = {0};
   uint64_t cb = disk->cluster_bytes, size = disk->size_bytes;
   uint64_t clusters = div_round_up(size, cb);
   unsigned batch = batch_clusters(cb);
@@ -83,7 +82,6 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
   if (!bufs || aio_init(&aio, batch * 2) < 0)
     goto out;
   wb_kicker_start(&wb, fd, false);
-  kicking = true;
   /* Double buffering: batch k's writes go out with batch k+1's reads. */
   uint64_t pending_first = 0, written = 0;
   unsigned pending_n = 0, half = 0;
@@ -130,7 +128,6 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
     half ^= 1;
   }
   wb_kicker_stop(&wb);
-  kicking = false;
   /* Writes of a last partial sector may have extended the file. */
   if (ftruncate(fd, (off_t)size) < 0 || fsync(fd) < 0) {
     ploop_error_os(dst, "sync");
@@ -139,8 +136,7 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
   st.bytes_total = size;
   rc = 0;
 out:
-  if (kicking)
-    wb_kicker_stop(&wb);
+  wb_kicker_stop(&wb);
   aio_destroy(&aio);
   free(bufs);
   if (fd >= 0)
@@ -537,8 +533,7 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
   for (unsigned s = 0; s < ms.depth; s++)
     if (ms.slot[s].busy && ms.slot[s].writing && ms.slot[s].fresh)
       delta_alloc_finish(p, ms.slot[s].vc, 0);
-  if (ms.wfd >= 0)
-    wb_kicker_stop(&ms.wb);
+  wb_kicker_stop(&ms.wb);
   if (rc == 0)
     rc = seal ? merge_seal(p) : delta_flush(p);
   if (ms.wfd >= 0) {

@@ -236,7 +236,7 @@ static void *wb_kicker_main(void *arg)
 
 void wb_kicker_start(struct wb_kicker *k, int fd, bool drop)
 {
-  *k = (struct wb_kicker){.fd = fd, .drop = drop};
+  *k = (struct wb_kicker){.fd = fd, .started = true, .drop = drop};
   pthread_mutex_init(&k->mu, NULL);
   pthread_cond_init(&k->cv, NULL);
   k->threaded = pthread_create(&k->tid, NULL, wb_kicker_main, k) == 0;
@@ -262,6 +262,9 @@ void wb_kicker_wrote(struct wb_kicker *k, uint64_t bytes)
 
 void wb_kicker_stop(struct wb_kicker *k)
 {
+  if (!k->started)
+    return;
+  k->started = false;
   if (k->threaded) {
     pthread_mutex_lock(&k->mu);
     k->stop = true;

@@ -55,7 +55,7 @@ int aio_reap(struct ploop_aio *a, unsigned *slots, bool *failed);
 #define WB_LAG_BYTES (256u << 20)
 struct wb_kicker {
   int fd;
-  bool drop, threaded, stop;
+  bool started, drop, threaded, stop;
   uint64_t written, asked, kicked; /* bytes: reported, handed to the thread, writeback started */
   pthread_t tid;
   pthread_mutex_t mu;
@@ -63,7 +63,8 @@ struct wb_kicker {
 };
 void wb_kicker_start(struct wb_kicker *k, int fd, bool drop);
 void wb_kicker_wrote(struct wb_kicker *k, uint64_t bytes);
-/* Waits for the kick in progress; the final fsync is the caller's. */
+/* Waits for the kick in progress; the final fsync is the caller's. A
+ * kicker never started (zeroed) or already stopped is left as it is. */
 void wb_kicker_stop(struct wb_kicker *k);
 
 /* fdatasync N FDs, up to 8 at once, so their latencies overlap. */
