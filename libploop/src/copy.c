@@ -320,8 +320,7 @@ out:
  * their data was still to flush at the end (the disk's write cache). */
 
 struct merge_slot {
-  uint64_t vc, dst;
-  bool busy, writing, fresh;
+  uint64_t vc; /* the cluster being read into the slot */
 };
 
 struct merge_state {
@@ -332,7 +331,7 @@ struct merge_state {
   uint64_t reserved;   /* P's file size: new clusters below it can be written */
   uint64_t fresh_left; /* clusters X holds and P lacks, not placed yet */
   unsigned depth;
-  int wfd; /* the destination through the page cache; -1: direct, in the queue */
+  int wfd; /* the destination through the page cache */
   /* Starts writeback of WFD's pages beside the loop. New clusters are
    * appended, so the dirty pages are the file's tail: the whole file is as
    * good a range as any. Pages already written back are dropped on the way
@@ -351,7 +350,7 @@ static bool merge_next_read(struct merge_state *ms, unsigned s)
     uint64_t off = delta_lookup(ms->x, ms->next_vc);
     if (!off || (ms->holes_only && (ms->next_vc >= delta_clusters(ms->p) || delta_lookup(ms->p, ms->next_vc))))
       continue;
-    ms->slot[s] = (struct merge_slot){.vc = ms->next_vc++, .busy = true};
+    ms->slot[s].vc = ms->next_vc++;
     aio_start(&ms->aio, s, ms->x->fd, ms->x->path, ms->buf + (size_t)s * ms->cb, ms->cb, DELTA_OFF(off), 0);
     return true;
   }
@@ -373,40 +372,38 @@ static int merge_reserve(struct merge_state *ms, uint64_t off)
   return 0;
 }
 
-/* Slot S holds a cluster read from X: writes it into P. Returns 0 when the
- * write is started in the queue, 2 when it is done (page cache), 1 when
- * there is nothing to write (a zero cluster P lacks, with skip_zero), -1 on
- * error. */
+/* Slot S holds a cluster read from X: writes it into P (through the page
+ * cache). Returns 0 when written, 1 when there is nothing to write (a zero
+ * cluster P lacks, with skip_zero), -1 on error. */
 static int merge_place(struct merge_state *ms, unsigned s)
 {
-  struct merge_slot *sl = &ms->slot[s];
+  uint64_t vc = ms->slot[s].vc;
   struct ploop_delta *p = ms->p;
   uint8_t *b = ms->buf + (size_t)s * ms->cb;
-  uint64_t off = delta_lookup(p, sl->vc);
+  uint64_t off = delta_lookup(p, vc);
+  bool fresh = false;
   if (!off) {
     if (ms->fresh_left)
       ms->fresh_left--;
     if (ms->skip_zero && ploop_is_zero(b, ms->cb))
       return 1;
-    int r = delta_alloc_begin(p, sl->vc, &off);
+    int r = delta_alloc_begin(p, vc, &off);
     if (r < 0)
       return -1;
-    if (r == 0 && merge_reserve(ms, off) < 0) {
-      delta_alloc_finish(p, sl->vc, 0);
+    fresh = r == 0;
+    if (fresh && merge_reserve(ms, off) < 0) {
+      delta_alloc_finish(p, vc, 0);
       return -1;
     }
-    sl->fresh = r == 0;
   }
-  sl->dst = DELTA_OFF(off);
-  sl->writing = true;
-  if (ms->wfd < 0) {
-    aio_start(&ms->aio, s, p->fd, p->path, b, ms->cb, sl->dst, 1);
-    return 0;
-  }
-  if (ploop_pwrite_full(ms->wfd, b, ms->cb, sl->dst, p->path) < 0)
-    return -1;
-  wb_kicker_wrote(&ms->wb, ms->cb);
-  return 2;
+  int rc = ploop_pwrite_full(ms->wfd, b, ms->cb, DELTA_OFF(off), p->path);
+  if (rc == 0)
+    wb_kicker_wrote(&ms->wb, ms->cb);
+  /* A new entry is published in memory only: it reaches the disk after the
+   * data is durable (delta_flush or merge_seal below, or P's close). */
+  if (fresh)
+    delta_alloc_finish(p, vc, rc == 0 ? DELTA_OFF(off) : 0);
+  return rc;
 }
 
 static void *merge_aio_destroy(void *arg)
@@ -450,13 +447,14 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
     return -1;
   }
   /* A second, buffered descriptor of P for the data. P's own (direct)
-   * descriptor keeps the header and BAT, and its fdatasync in delta_flush
-   * covers these pages too (one inode). If it cannot be opened, the writes
-   * go direct through the queue. */
-  ms.wfd = open(p->path, O_WRONLY | O_CLOEXEC);
-  if (ms.wfd >= 0)
-    wb_kicker_start(&ms.wb, ms.wfd, true);
+   * descriptor keeps the header and BAT, and its fdatasync (delta_flush,
+   * merge_seal) covers these pages too (one inode). */
   int rc = 0;
+  ms.wfd = open(p->path, O_WRONLY | O_CLOEXEC);
+  if (ms.wfd < 0)
+    rc = ploop_error_os(p->path, "open for writing");
+  else
+    wb_kicker_start(&ms.wb, ms.wfd, true);
   uint64_t size0 = 0;
   if (!p->raw) {
     struct stat sb;
@@ -479,35 +477,12 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
       break;
     }
     for (int i = 0; i < got; i++) {
-      struct merge_slot *sl = &ms.slot[fin[i]];
-      if (failed[i]) {
+      if (failed[i] || rc < 0 || merge_place(&ms, fin[i]) < 0) {
         rc = -1;
-        if (sl->writing && sl->fresh)
-          delta_alloc_finish(p, sl->vc, 0);
-        sl->busy = false;
         continue;
       }
-      if (!sl->writing) {
-        int r = rc < 0 ? -1 : merge_place(&ms, fin[i]);
-        if (r == 0)
-          continue;
-        if (r < 0) {
-          rc = -1;
-          if (sl->writing && sl->fresh)
-            delta_alloc_finish(p, sl->vc, 0);
-          sl->busy = false;
-          continue;
-        }
-      }
-      if (sl->writing && sl->fresh) {
-        /* Published in memory only: the entry reaches the disk after the
-         * data is durable (delta_flush below, or P's close). */
-        delta_alloc_finish(p, sl->vc, sl->dst);
-      }
-      sl->busy = false;
       done++;
-      if (rc == 0)
-        merge_next_read(&ms, fin[i]);
+      merge_next_read(&ms, fin[i]);
     }
     /* In bytes, as import and export report (the CLI shows a rate). */
     if (progress && rc == 0 && (done - reported >= ms.depth || (done > reported && !ms.aio.inflight))) {
@@ -530,9 +505,6 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
   bool async = pthread_create(&tid, NULL, merge_aio_destroy, &ms.aio) == 0;
   if (!async)
     aio_destroy(&ms.aio);
-  for (unsigned s = 0; s < ms.depth; s++)
-    if (ms.slot[s].busy && ms.slot[s].writing && ms.slot[s].fresh)
-      delta_alloc_finish(p, ms.slot[s].vc, 0);
   wb_kicker_stop(&ms.wb);
   if (rc == 0)
     rc = seal ? merge_seal(p) : delta_flush(p);
