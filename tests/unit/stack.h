@@ -1,4 +1,5 @@
-/* Helpers shared by the stack-level unit tests (test_snapshot.c, test_resize.c):
+/* Helpers shared by the stack-level unit tests (test_snapshot.c, test_resize.c,
+ * test_merge.c):
  * data through the library, a byte model to compare with, views of snapshots,
  * and writer threads that stamp whole clusters with a version. The including
  * file defines CL (cluster bytes) and DISK_SIZE first. */
@@ -15,6 +16,13 @@ static inline void put(struct ploop_disk *disk, uint32_t seed, uint64_t off, siz
   fill_pattern(b, len, seed, off);
   OK(ploop_disk_pwrite(disk, b, len, off, 0));
   free(b);
+}
+
+/* A new disk of DISK_SIZE in CL clusters, open read-write. */
+static inline struct ploop_disk *new_disk(void)
+{
+  make_disk(DISK_SIZE, CL / 512);
+  return NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
 }
 
 /* The whole virtual disk as the library reads it. */
@@ -40,6 +48,13 @@ static inline uint8_t *read_view(const char *guid, uint64_t *size)
 static inline void model_put(uint8_t *m, uint32_t seed, uint64_t off, size_t len)
 {
   fill_pattern(m + off, len, seed, off);
+}
+
+/* put, and the same bytes into MODEL. */
+static inline void put_both(struct ploop_disk *disk, uint8_t *model, uint32_t seed, uint64_t off, size_t len)
+{
+  put(disk, seed, off, len);
+  model_put(model, seed, off, len);
 }
 
 static inline void assert_equal_model(const uint8_t *got, const uint8_t *want, size_t n, const char *what)
@@ -94,13 +109,10 @@ static inline void assert_all_deltas_clean(void)
 /* Base with A in clusters 0-3, snapshot S1, then B over clusters 2-5. */
 static inline void base_snapshot_write(uint8_t *model, char *s1)
 {
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 1, 0, 4 * CL);
-  model_put(model, 1, 0, 4 * CL);
+  struct ploop_disk *disk = new_disk();
+  put_both(disk, model, 1, 0, 4 * CL);
   OK(ploop_disk_snapshot(disk, NULL, s1));
-  put(disk, 2, 2 * CL + 100, 4 * CL - 200);
-  model_put(model, 2, 2 * CL + 100, 4 * CL - 200);
+  put_both(disk, model, 2, 2 * CL + 100, 4 * CL - 200);
   OK(ploop_disk_close(disk));
 }
 

@@ -50,16 +50,12 @@ static void on_progress(void *opaque, uint64_t done, uint64_t total)
 Test(merge, up_when_the_child_rewrote_its_parent)
 {
   static uint8_t model[DISK_SIZE];
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 1, 0, 64 * CL);
-  model_put(model, 1, 0, 64 * CL);
+  struct ploop_disk *disk = new_disk();
+  put_both(disk, model, 1, 0, 64 * CL);
   char s1[PLOOP_UUID_LEN + 1];
   OK(ploop_disk_snapshot(disk, NULL, s1));
-  put(disk, 2, 0, 60 * CL);
-  model_put(model, 2, 0, 60 * CL);
-  put(disk, 3, 100 * CL, 2 * CL);
-  model_put(model, 3, 100 * CL, 2 * CL);
+  put_both(disk, model, 2, 0, 60 * CL);
+  put_both(disk, model, 3, 100 * CL, 2 * CL);
   OK(ploop_disk_close(disk));
   char *base = NOTNULL(image_path(s1)), *top = NOTNULL(image_path(PLOOP_TOP_GUID));
   ino_t top_ino = inode_of(top);
@@ -81,8 +77,7 @@ Test(merge, up_when_the_child_rewrote_its_parent)
   ploop_descriptor_free(d);
   /* The result is an ordinary writable disk. */
   disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 4, 120 * CL, CL);
-  model_put(model, 4, 120 * CL, CL);
+  put_both(disk, model, 4, 120 * CL, CL);
   OK(ploop_disk_close(disk));
   assert_disk_is(model, "after writing to the merged disk");
   free(base);
@@ -93,14 +88,11 @@ Test(merge, up_when_the_child_rewrote_its_parent)
 Test(merge, down_when_the_child_is_small)
 {
   static uint8_t model[DISK_SIZE];
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 1, 0, 64 * CL);
-  model_put(model, 1, 0, 64 * CL);
+  struct ploop_disk *disk = new_disk();
+  put_both(disk, model, 1, 0, 64 * CL);
   char s1[PLOOP_UUID_LEN + 1];
   OK(ploop_disk_snapshot(disk, NULL, s1));
-  put(disk, 2, 10 * CL + 5, 2 * CL);
-  model_put(model, 2, 10 * CL + 5, 2 * CL);
+  put_both(disk, model, 2, 10 * CL + 5, 2 * CL);
   OK(ploop_disk_close(disk));
   char *base = NOTNULL(image_path(s1));
   ino_t base_ino = inode_of(base);
@@ -126,14 +118,11 @@ Test(merge, down_when_the_child_is_small)
 Test(merge, up_in_the_middle_keeps_every_view)
 {
   static uint8_t model[DISK_SIZE];
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 1, 0, 16 * CL);
-  model_put(model, 1, 0, 16 * CL);
+  struct ploop_disk *disk = new_disk();
+  put_both(disk, model, 1, 0, 16 * CL);
   char s1[PLOOP_UUID_LEN + 1], s2[PLOOP_UUID_LEN + 1];
   OK(ploop_disk_snapshot(disk, NULL, s1));
-  put(disk, 2, CL, 15 * CL);
-  model_put(model, 2, CL, 15 * CL);
+  put_both(disk, model, 2, CL, 15 * CL);
   OK(ploop_disk_snapshot(disk, NULL, s2));
   put(disk, 3, 3 * CL, CL);
   OK(ploop_disk_close(disk));
@@ -175,13 +164,11 @@ Test(merge, up_in_the_middle_keeps_every_view)
 Test(merge, delete_goes_up_when_cheaper)
 {
   static uint8_t model[DISK_SIZE];
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  struct ploop_disk *disk = new_disk();
   put(disk, 1, 0, 8 * CL);
   char s1[PLOOP_UUID_LEN + 1];
   OK(ploop_disk_snapshot(disk, NULL, s1));
-  put(disk, 2, 0, 8 * CL);
-  model_put(model, 2, 0, 8 * CL);
+  put_both(disk, model, 2, 0, 8 * CL);
   OK(ploop_disk_close(disk));
   char *top = NOTNULL(image_path(PLOOP_TOP_GUID));
   struct stat before;
@@ -239,18 +226,14 @@ static void merge_temporary_child(bool child_rewrites_parent)
 {
   static uint8_t model[DISK_SIZE];
   memset(model, 0, sizeof model);
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 1, 0, 16 * CL);
-  model_put(model, 1, 0, 16 * CL);
+  struct ploop_disk *disk = new_disk();
+  put_both(disk, model, 1, 0, 16 * CL);
   char s1[PLOOP_UUID_LEN + 1], s2[PLOOP_UUID_LEN + 1];
   OK(ploop_disk_snapshot(disk, NULL, s1));
   size_t n2 = child_rewrites_parent ? 16 * CL : 2 * CL;
-  put(disk, 2, 0, n2);
-  model_put(model, 2, 0, n2);
+  put_both(disk, model, 2, 0, n2);
   OK(ploop_disk_snapshot(disk, NULL, s2));
-  put(disk, 3, 20 * CL, CL);
-  model_put(model, 3, 20 * CL, CL);
+  put_both(disk, model, 3, 20 * CL, CL);
   OK(ploop_disk_close(disk));
   char *f1 = NOTNULL(image_path(s1)), *f2 = NOTNULL(image_path(s2));
   ino_t ino1 = inode_of(f1), ino2 = inode_of(f2);

@@ -56,8 +56,7 @@ Test(resize, grow_relocates_clusters_behind_the_bat)
 
 Test(resize, online_grow)
 {
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  struct ploop_disk *disk = new_disk();
   put(disk, 1, 0, 2 * CL);
   OK(ploop_disk_resize(disk, 2 * DISK_SIZE, 0));
   cr_assert_eq(ploop_disk_size(disk), 2 * DISK_SIZE);
@@ -93,8 +92,7 @@ Test(resize, grow_with_snapshot_keeps_both_views)
 
 Test(resize, shrink_needs_force)
 {
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  struct ploop_disk *disk = new_disk();
   put(disk, 1, 0, DISK_SIZE);
   OK(ploop_disk_close(disk));
   const char *p = tpath("root.hds");
@@ -153,8 +151,7 @@ Test(resize, online_grow_with_relocation_under_concurrent_writers)
   /* 4 MiB -> 512 MiB at 32 KiB clusters needs 3 header clusters: the data
    * clusters behind the BAT move while the writers keep rewriting them. */
   static uint64_t done[NCLUSTERS];
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  struct ploop_disk *disk = new_disk();
   struct writers ws;
   writers_start(&ws, disk, done);
   usleep(30000);

@@ -13,8 +13,7 @@ Test(snapshot, snapshot_view_is_frozen)
   make_disk(DISK_SIZE, CL / 512);
   static uint8_t model[DISK_SIZE], frozen[DISK_SIZE];
   struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 1, 0, 4 * CL);
-  model_put(model, 1, 0, 4 * CL);
+  put_both(disk, model, 1, 0, 4 * CL);
   memcpy(frozen, model, DISK_SIZE);
   char s1[PLOOP_UUID_LEN + 1] = "";
   OK(ploop_disk_snapshot(disk, NULL, s1));
@@ -23,10 +22,8 @@ Test(snapshot, snapshot_view_is_frozen)
   cr_assert_eq(ploop_disk_depth(disk), 2);
   /* Writes after the snapshot: a partial cluster over old data (copy-up),
    * a new cluster, and a discard of an old one. */
-  put(disk, 2, CL + 1000, 3000);
-  model_put(model, 2, CL + 1000, 3000);
-  put(disk, 3, 10 * CL, CL);
-  model_put(model, 3, 10 * CL, CL);
+  put_both(disk, model, 2, CL + 1000, 3000);
+  put_both(disk, model, 3, 10 * CL, CL);
   OK(ploop_disk_discard(disk, 3 * CL, CL));
   memset(model + 3 * CL, 0, CL);
   cr_assert_eq(depth_at(disk, 0), 2, "untouched cluster comes from the snapshot");
@@ -52,8 +49,7 @@ Test(snapshot, snapshot_view_is_frozen)
 Test(snapshot, snapshot_view_readable_while_top_is_open)
 {
   /* Serving a snapshot export while the container writes the top. */
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  struct ploop_disk *disk = new_disk();
   put(disk, 1, 0, CL);
   char s1[PLOOP_UUID_LEN + 1];
   OK(ploop_disk_snapshot(disk, NULL, s1));
@@ -162,8 +158,7 @@ Test(snapshot, merge_middle_into_parent)
   base_snapshot_write(model, s1);
   OK(ploop_snapshot_create(test_dir, NULL, s2)); /* S1 <- S2 <- top */
   struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 3, 5 * CL, 2 * CL);
-  model_put(model, 3, 5 * CL, 2 * CL);
+  put_both(disk, model, 3, 5 * CL, 2 * CL);
   OK(ploop_disk_close(disk));
   char *f1 = NOTNULL(image_path(s1)), *f2 = NOTNULL(image_path(s2));
   struct progress pr = {0};
@@ -190,8 +185,7 @@ Test(snapshot, merge_all_into_base)
   base_snapshot_write(model, s1);
   OK(ploop_snapshot_create(test_dir, NULL, s2));
   struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 4, 100 * CL, CL);
-  model_put(model, 4, 100 * CL, CL);
+  put_both(disk, model, 4, 100 * CL, CL);
   OK(ploop_disk_discard(disk, 0, CL)); /* a hole in the top over data below */
   memset(model, 0, CL);
   OK(ploop_disk_close(disk));
@@ -225,21 +219,17 @@ Test(snapshot, merge_top_into_parent)
 Test(snapshot, online_merge_keeps_serving)
 {
   static uint8_t model[DISK_SIZE];
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 1, 0, 8 * CL);
-  model_put(model, 1, 0, 8 * CL);
+  struct ploop_disk *disk = new_disk();
+  put_both(disk, model, 1, 0, 8 * CL);
   char s1[PLOOP_UUID_LEN + 1];
   OK(ploop_disk_snapshot(disk, NULL, s1));
-  put(disk, 2, 4 * CL, 8 * CL);
-  model_put(model, 2, 4 * CL, 8 * CL);
+  put_both(disk, model, 2, 4 * CL, 8 * CL);
   OK(ploop_disk_merge(disk, NULL, true, NULL, NULL));
   cr_assert_eq(ploop_disk_depth(disk), 1);
   uint8_t *b = read_all(disk);
   assert_equal_model(b, model, DISK_SIZE, "after online merge");
   free(b);
-  put(disk, 3, 20 * CL, CL);
-  model_put(model, 3, 20 * CL, CL);
+  put_both(disk, model, 3, 20 * CL, CL);
   OK(ploop_disk_close(disk));
   assert_disk_is(model, "after online merge and reopen");
   cr_assert_eq(n_images(), 1);
@@ -293,8 +283,7 @@ Test(snapshot, stack_depth_is_limited)
 Test(snapshot, online_snapshots_under_concurrent_writers_are_consistent)
 {
   static uint64_t done[NCLUSTERS];
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  struct ploop_disk *disk = new_disk();
   struct writers ws;
   writers_start(&ws, disk, done);
   enum { NSNAP = 5 };
@@ -324,8 +313,7 @@ Test(snapshot, online_snapshots_under_concurrent_writers_are_consistent)
 Test(snapshot, online_merge_under_concurrent_writers)
 {
   static uint64_t done[NCLUSTERS];
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  struct ploop_disk *disk = new_disk();
   struct writers ws;
   writers_start(&ws, disk, done);
   char g[PLOOP_UUID_LEN + 1];
@@ -389,19 +377,15 @@ Test(snapshot, refused_merge_all_changes_nothing)
 Test(snapshot, merge_into_a_raw_base)
 {
   static uint8_t model[DISK_SIZE];
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 1, 0, 3 * CL);
-  model_put(model, 1, 0, 3 * CL);
+  struct ploop_disk *disk = new_disk();
+  put_both(disk, model, 1, 0, 3 * CL);
   OK(ploop_disk_close(disk));
   OK(ploop_convert_format(test_dir, true)); /* base becomes Plain */
   char s1[PLOOP_UUID_LEN + 1];
   OK(ploop_snapshot_create(test_dir, NULL, s1));
   disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
-  put(disk, 2, CL + 100, CL);
-  model_put(model, 2, CL + 100, CL);
-  put(disk, 3, 50 * CL, 700);
-  model_put(model, 3, 50 * CL, 700);
+  put_both(disk, model, 2, CL + 100, CL);
+  put_both(disk, model, 3, 50 * CL, 700);
   cr_assert_eq(depth_at(disk, 0), 2, "cluster 0 comes from the raw base");
   OK(ploop_disk_close(disk));
   assert_disk_is(model, "raw base + top");
@@ -466,8 +450,7 @@ static void *slot_writer_run(void *arg)
 
 Test(snapshot, racing_partial_writes_to_unallocated_clusters_with_copy_up)
 {
-  make_disk(DISK_SIZE, CL / 512);
-  struct ploop_disk *disk = NOTNULL(ploop_disk_open(test_dir, NULL, PLOOP_OPEN_RDWR));
+  struct ploop_disk *disk = new_disk();
   put(disk, 1, 0, 64 * CL); /* old data below, to be copied up */
   char s1[PLOOP_UUID_LEN + 1];
   OK(ploop_disk_snapshot(disk, NULL, s1));
