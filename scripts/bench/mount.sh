@@ -35,8 +35,7 @@ trap at_exit EXIT
 W=
 if [[ ${BENCH_DIR:-} == ram ]]; then
   bench_ram_dir 8 || { echo "mount bench (ram): skipped"; exit 0; }
-  RAMDIR=$RAM_DIR
-  BENCH_DIR=$RAMDIR
+  BENCH_DIR=$RAM_DIR
 fi
 W=$(mktemp -d "${BENCH_DIR:-/var/tmp}/ploop-bench-mount.XXXXXX")
 
@@ -67,7 +66,7 @@ layout() {
     --ioengine=libaio --iodepth=8 >/dev/null 2>&1
 }
 
-echo "mount bench: ext4 on each path, images in ${BENCH_DIR:-/var/tmp}${RAMDIR:+ (ext4 on a tmpfs-backed loop device)}, fio file $SIZE, ${RUNTIME}s per job, best of $ROUNDS interleaved rounds ($(nproc) cores)"
+echo "mount bench: ext4 on each path, images in ${BENCH_DIR:-/var/tmp}${RAM_DIR:+ (ext4 on a tmpfs-backed loop device)}, fio file $SIZE, ${RUNTIME}s per job, best of $ROUNDS interleaved rounds ($(nproc) cores)"
 
 # 1. Raw file + loop with direct I/O: the ceiling.
 mkdir -p "$W/raw.mnt"
