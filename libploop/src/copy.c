@@ -450,9 +450,9 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
    * descriptor keeps the header and BAT, and its fdatasync (delta_flush,
    * merge_seal) covers these pages too (one inode). */
   int rc = 0;
-  ms.wfd = open(p->path, O_WRONLY | O_CLOEXEC);
+  ms.wfd = ploop_open_file(p->dir, p->path, O_WRONLY, 0);
   if (ms.wfd < 0)
-    rc = ploop_error_os(p->path, "open for writing");
+    rc = ploop_error_wrap("open for writing");
   else
     wb_kicker_start(&ms.wb, ms.wfd, true);
   uint64_t size0 = 0;
