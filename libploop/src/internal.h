@@ -200,6 +200,14 @@ int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_pro
  * caller closes it without another write (rdwr cleared). */
 int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque,
                             uint64_t total);
+/* Streaming reads for ploop_send: every cluster whose topmost holder is one
+ * of the deltas at depths FROM+1..TO (FROM = 0: the top) is read, many in
+ * flight, and handed to SINK (LEN: the bytes of it inside the disk, 512
+ * aligned) as its read completes, in any order. A sink error stops it. */
+typedef int (*held_sink_fn)(void *opaque, uint64_t vc, const uint8_t *buf, size_t len);
+int copy_read_held(struct ploop_disk *disk, unsigned from, unsigned to, held_sink_fn sink, void *opaque);
+/* How many clusters copy_read_held would read. */
+uint64_t copy_count_held(struct ploop_disk *disk, unsigned from, unsigned to);
 /* Undo an interrupted version conversion from its backup (check -r). 1 = restored, 0 = no backup. */
 int convert_restore_backup(const char *path);
 
