@@ -306,6 +306,7 @@ struct ploop_stream_stats {
   uint64_t clusters;   /* data frames */
   uint64_t data_bytes; /* payload bytes before compression */
   double seconds;
+  char guid[PLOOP_UUID_LEN + 1]; /* the state the stream carries */
 };
 struct ploop_send_opts {
   const char *guid;  /* state to send: a snapshot GUID; NULL = the top */

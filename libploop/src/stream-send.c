@@ -117,7 +117,7 @@ int ploop_send(const char *dir_or_xml, const struct ploop_send_opts *o, int fd, 
    * may be served read-write meanwhile (its top is not touched). */
   struct ploop_disk *disk = ploop_disk_open(dir_or_xml, o->guid ? guid : NULL, PLOOP_OPEN_RDONLY);
   if (!disk)
-    return ploop_error_wrap("send");
+    return -1;
   struct sender s = {.disk = disk, .out = {.fd = fd}, .compress = o->compress, .progress = o->progress,
                      .opaque = o->opaque};
   int rc = -1;
@@ -216,13 +216,12 @@ int ploop_send(const char *dir_or_xml, const struct ploop_send_opts *o, int fd, 
     o->progress(o->opaque, s.total * s.h.cluster_bytes, s.total * s.h.cluster_bytes);
   rc = 0;
 out:
-  if (rc < 0)
-    ploop_error_wrap("send");
   if (st) {
     st->bytes = s.out.bytes;
     st->clusters = s.data_frames;
     st->data_bytes = s.data_bytes;
     st->seconds = now() - t0;
+    snprintf(st->guid, sizeof st->guid, "%s", s.h.guid);
   }
   free(s.zbuf);
   free(s.zeros);
