@@ -416,12 +416,21 @@ static int prepare_full(struct receiver *r, const char *dir)
 
 static int prepare_incremental(struct receiver *r, const char *dir)
 {
+  char xml[PATH_MAX];
+  struct stat sb;
+  snprintf(xml, sizeof xml, "%s/%s", dir, PLOOP_DESCRIPTOR_NAME);
+  if (stat(dir, &sb) < 0 || (S_ISDIR(sb.st_mode) && access(xml, F_OK) < 0))
+    return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT,
+                       "%s: no disk here; an incremental stream applies to a copy that holds snapshot %s", dir,
+                       r->h.base_guid);
   r->desc = descriptor_load_locked(dir, &r->lock, PLOOP_LOCK_WRITER);
   if (!r->desc)
     return -1;
   struct ploop_descriptor *d = r->desc;
   snprintf(r->dir, sizeof r->dir, "%s", d->dir);
   const char *base = r->h.base_guid;
+  if (ploop_descriptor_find_image(d, r->h.guid))
+    return ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: already holds snapshot %s", d->dir, r->h.guid);
   struct ploop_snapshot_desc *top = descriptor_find_shot(d, PLOOP_TOP_GUID);
   const struct ploop_image_desc *tim = ploop_descriptor_find_image(d, PLOOP_TOP_GUID);
   if (!ploop_descriptor_find_image(d, base))
@@ -432,8 +441,6 @@ static int prepare_incremental(struct receiver *r, const char *dir)
   if ((uint64_t)d->cluster_sectors * 512 != r->h.cluster_bytes)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: cluster size %u bytes differs from the stream's %u", d->dir,
                        d->cluster_sectors * 512, r->h.cluster_bytes);
-  if (ploop_descriptor_find_image(d, r->h.guid))
-    return ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: already holds snapshot %s", d->dir, r->h.guid);
   /* The top must be empty: anything written since the snapshot would be
    * lost, or mixed with the stream's clusters. */
   struct ploop_delta *t = delta_open_image(d, tim, PLOOP_OPEN_RDONLY);
