@@ -298,6 +298,49 @@ int ploop_uuid_normalize(const char *in, char *out);
 /* Parses "10G", "512M", "4096" (bytes), K/M/G/T suffixes (binary). */
 int ploop_parse_size(const char *s, uint64_t *out);
 
+/* ---- disk streams: send / receive (formats/ploop-stream.md) --------- */
+
+/* Byte counts of one stream. */
+struct ploop_stream_stats {
+  uint64_t bytes;      /* on the wire, headers included */
+  uint64_t clusters;   /* data frames */
+  uint64_t data_bytes; /* payload bytes before compression */
+  double seconds;
+  char guid[PLOOP_UUID_LEN + 1]; /* the state the stream carries */
+};
+struct ploop_send_opts {
+  const char *guid;  /* state to send: a snapshot GUID; NULL = the top */
+  const char *since; /* only clusters changed after this snapshot; NULL = full */
+  bool snapshots;    /* the whole chain up to GUID, snapshot GUIDs kept */
+  bool compress;     /* deflate each frame's payload (zlib) where it shrinks */
+  ploop_progress_fn progress;
+  void *opaque;
+};
+/* Writes exactly one stream of the disk's state to FD (a file, pipe or
+ * socket; short writes and EINTR handled) and never closes FD. Sending a
+ * snapshot (GUID given) takes only the shared reader lock, so it works
+ * while the disk is served read-write (ploop-nbd). "Changed after SINCE" =
+ * the clusters the deltas above SINCE up to the sent state hold. O may be
+ * NULL (full send of the top); ST may be NULL. */
+int ploop_send(const char *dir_or_xml, const struct ploop_send_opts *o, int fd, struct ploop_stream_stats *st);
+
+struct ploop_receive_opts {
+  ploop_progress_fn progress;
+  void *opaque;
+};
+/* Reads exactly one stream from FD, never past its end frame (other data
+ * may follow on FD), verifying every checksum as frames arrive.
+ * A full stream creates the disk in DIR (absent or empty): the sent state
+ * becomes a snapshot with the sent GUID, a new empty top above it. An
+ * incremental stream applies to a DIR whose newest snapshot is the
+ * stream's base with an empty top above it; the sent state becomes the
+ * next snapshot. On any error a full receive removes what it made and an
+ * incremental one leaves DIR as it was. RECEIVED_GUID (may be NULL) gets
+ * the GUID of the state now held, braced as everywhere in libploop: it
+ * must hold PLOOP_UUID_LEN+1 = 39 bytes (not 37). */
+int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, struct ploop_stream_stats *st,
+                  char *received_guid);
+
 #ifdef __cplusplus
 }
 #endif

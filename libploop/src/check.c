@@ -50,20 +50,24 @@ static int check_header(const struct ploop_header_host *h, uint64_t file_size, s
 
 int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_report *r)
 {
+  return delta_check(NULL, path, flags, r);
+}
+
+int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_check_report *r)
+{
   memset(r, 0, sizeof *r);
   bool repair = (flags & PLOOP_CHECK_REPAIR) && !(flags & PLOOP_CHECK_READONLY);
   /* An interrupted version conversion is undone from its backup first. */
   if (repair) {
-    int restored = convert_restore_backup(path);
+    int restored = convert_restore_backup(dir, path);
     if (restored < 0)
       return -1;
     if (restored)
       r->repaired = true;
   }
-  int fd = open(path, (repair ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC);
+  int fd = ploop_open_file(dir, path, (repair ? O_RDWR : O_RDONLY) | O_DIRECT, 0);
   if (fd < 0)
-    return ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s", path,
-                       strerror(errno));
+    return -1;
   int rc = -1;
   uint8_t *bat = NULL;
   uint64_t *seen = NULL;
@@ -270,13 +274,14 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
       result = -1;
       break;
     }
+    /* The path resolved inside the directory (ploop_descriptor_image_path). */
     struct stat st;
     if (stat(path, &st) < 0) {
       pos += (size_t)snprintf(msg + pos, pos < msglen ? msglen - pos : 0, "%s: missing image file\n", path);
       result = 1;
     } else if (!d->images[i].plain) {
       struct ploop_check_report r;
-      int rc = ploop_delta_check(path, flags, &r);
+      int rc = delta_check(d->dir, path, flags, &r);
       if (rc < 0) {
         free(path);
         result = -1;
@@ -289,7 +294,7 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
       if (rc == 1)
         result = 1;
       if (rc == 0 && !r.header_bad) {
-        struct ploop_delta *dl = delta_open(path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
+        struct ploop_delta *dl = delta_open(d->dir, path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
         if (dl && dl->h.cluster_sectors != d->cluster_sectors) {
           pos += (size_t)snprintf(msg + pos, pos < msglen ? msglen - pos : 0,
                                   "%s: cluster size %u sectors differs from the disk's %u\n", path,

@@ -15,11 +15,11 @@ static void backup_path(const char *path, char *out, size_t len)
 }
 
 /* Is PATH's conversion mark set? 1 yes, 0 no, -1 error. */
-static int convert_marked(const char *path)
+static int convert_marked(const char *dir, const char *path)
 {
-  int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+  int fd = ploop_open_file(dir, path, O_RDONLY | O_DIRECT, 0);
   if (fd < 0)
-    return ploop_error_os(path, "open");
+    return -1;
   uint8_t *page = ploop_aligned_alloc(PLOOP_ALIGN);
   int rc = page && ploop_pread_full(fd, page, PLOOP_ALIGN, 0, path) == 0 ? 0 : -1;
   if (rc == 0) {
@@ -32,24 +32,24 @@ static int convert_marked(const char *path)
   return rc;
 }
 
-int convert_restore_backup(const char *path)
+int convert_restore_backup(const char *dir, const char *path)
 {
   char bp[4096];
   backup_path(path, bp, sizeof bp);
-  int bfd = open(bp, O_RDONLY | O_CLOEXEC);
+  int bfd = ploop_open_file(dir, bp, O_RDONLY, 0);
   if (bfd < 0)
-    return errno == ENOENT ? 0 : ploop_error_os(bp, "open");
+    return ploop_get_errno() == ENOENT ? 0 : -1;
   /* The backup is durable before the image is marked, and the mark is
    * cleared before the backup goes. So without the mark the image is
    * whole (never touched, or converted to the end) and the backup is
    * stale, possibly cut short by a crash before its fsync: remove it,
    * never copy it back. */
-  int marked = convert_marked(path);
+  int marked = convert_marked(dir, path);
   if (marked <= 0) {
     close(bfd);
     if (marked < 0)
       return -1;
-    if (unlink(bp) < 0 && errno != ENOENT)
+    if (ploop_unlink_file(dir, bp) < 0 && errno != ENOENT)
       return ploop_error_os(bp, "remove stale conversion backup");
     return ploop_fsync_parent(path) < 0 ? -1 : 1;
   }
@@ -67,18 +67,16 @@ int convert_restore_backup(const char *path)
   h.in_use = PLOOP_CLEAN_V20;
   h.flags &= ~PLOOP_CIF_FMT_CONVERT;
   ploop_header_encode(&h, buf);
-  fd = open(path, O_WRONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) {
-    ploop_error_os(path, "open");
+  fd = ploop_open_file(dir, path, O_WRONLY | O_DIRECT, 0);
+  if (fd < 0)
     goto out;
-  }
   if (ploop_pwrite_full(fd, buf, (size_t)len, 0, path) < 0)
     goto out;
   if (fdatasync(fd) < 0) {
     ploop_error_os(path, "fdatasync");
     goto out;
   }
-  if (unlink(bp) < 0 || ploop_fsync_parent(path) < 0)
+  if ((ploop_unlink_file(dir, bp) < 0 && ploop_error_os(bp, "remove") < 0) || ploop_fsync_parent(path) < 0)
     goto out;
   rc = 1;
 out:
@@ -91,9 +89,9 @@ out:
 
 /* Can PATH convert to VERSION? 1 yes, 0 nothing to do, -1 refused. Read-only:
  * a refused conversion must leave the file exactly as it was. */
-static int convert_feasible(const char *path, int version)
+static int convert_feasible(const char *dir, const char *path, int version)
 {
-  struct ploop_delta *d = delta_open(path, PLOOP_OPEN_RDONLY);
+  struct ploop_delta *d = delta_open(dir, path, PLOOP_OPEN_RDONLY);
   if (!d)
     return -1;
   int rc = 1;
@@ -111,12 +109,12 @@ static int convert_feasible(const char *path, int version)
   return rc;
 }
 
-static int convert_delta_version(const char *path, int version)
+static int convert_delta_version(const char *dir, const char *path, int version)
 {
-  int feasible = convert_feasible(path, version);
+  int feasible = convert_feasible(dir, path, version);
   if (feasible <= 0)
     return feasible;
-  struct ploop_delta *d = delta_open(path, PLOOP_OPEN_RDWR);
+  struct ploop_delta *d = delta_open(dir, path, PLOOP_OPEN_RDWR);
   if (!d)
     return -1;
   int rc = -1;
@@ -125,11 +123,9 @@ static int convert_delta_version(const char *path, int version)
   uint32_t cs = d->h.cluster_sectors;
   uint32_t *bat = delta_bat(d);
   /* 1: backup of header + BAT, durable. */
-  int bfd = open(bp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (bfd < 0) {
-    ploop_error_os(bp, "create");
+  int bfd = ploop_open_file(dir, bp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (bfd < 0)
     goto out;
-  }
   if (ploop_pwrite_full(bfd, d->bat_raw, d->bat_bytes, 0, bp) < 0 ||
       (fsync(bfd) < 0 && ploop_error_os(bp, "fsync") < 0)) {
     close(bfd);
@@ -157,7 +153,7 @@ static int convert_delta_version(const char *path, int version)
   d->h.flags &= ~PLOOP_CIF_FMT_CONVERT;
   if (delta_write_header(d) < 0)
     goto out;
-  if (unlink(bp) < 0 || ploop_fsync_parent(path) < 0)
+  if ((ploop_unlink_file(dir, bp) < 0 && ploop_error_os(bp, "remove") < 0) || ploop_fsync_parent(path) < 0)
     goto out;
   ploop_fault_point("convert-backup-removed");
   rc = 0;
@@ -183,8 +179,8 @@ int ploop_convert_version(const char *dir_or_xml, int version)
         continue;
       char *path = ploop_descriptor_image_path(d, &d->images[i]);
       rc = !path       ? -1
-           : pass == 0 ? (convert_feasible(path, version) < 0 ? -1 : 0)
-                       : convert_delta_version(path, version);
+           : pass == 0 ? (convert_feasible(d->dir, path, version) < 0 ? -1 : 0)
+                       : convert_delta_version(d->dir, path, version);
       free(path);
     }
   ploop_unlock_disk(lock);
@@ -226,7 +222,7 @@ int ploop_convert_format(const char *dir_or_xml, bool to_raw)
     goto out;
   sibling_name(im->file, to_raw ? "raw" : "hds", newfile, sizeof newfile);
   snprintf(newpath, sizeof newpath, "%s/%s", d->dir, newfile);
-  if (access(newpath, F_OK) == 0) {
+  if (faccessat(AT_FDCWD, newpath, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
     ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: already exists", newpath);
     goto out;
   }
@@ -235,15 +231,15 @@ int ploop_convert_format(const char *dir_or_xml, bool to_raw)
     if (export_raw(d->dir, NULL, newpath, PLOOP_OPEN_RDONLY | PLOOP_OPEN_NO_LOCK, NULL, NULL, NULL) < 0)
       goto out;
   } else {
-    src = delta_open_raw(oldpath, d->cluster_sectors, false);
+    src = delta_open_raw(d->dir, oldpath, d->cluster_sectors, false);
     struct ploop_delta_create_params p = {.size_bytes = d->size_sectors * 512,
                                           .cluster_sectors = d->cluster_sectors};
-    if (!src || delta_create_file(newpath, &p, false) < 0)
+    if (!src || delta_create_file(d->dir, newpath, &p, false) < 0)
       goto out;
-    dst = delta_open(newpath, PLOOP_OPEN_RDWR);
+    dst = delta_open(d->dir, newpath, PLOOP_OPEN_RDWR);
     if (!dst || merge_delta_into(src, dst, true, NULL, NULL, 0, 0) < 0 || delta_close(dst, true) < 0) {
       dst = NULL;
-      unlink(newpath);
+      ploop_unlink_file(d->dir, newpath);
       goto out;
     }
     dst = NULL;
@@ -252,10 +248,10 @@ int ploop_convert_format(const char *dir_or_xml, bool to_raw)
   im->file = ploop_strdup(newfile);
   im->plain = to_raw;
   if (!im->file || ploop_descriptor_save(d) < 0) {
-    unlink(newpath);
+    ploop_unlink_file(d->dir, newpath);
     goto out;
   }
-  if (unlink(oldpath) < 0)
+  if (ploop_unlink_file(d->dir, oldpath) < 0)
     ploop_error_os(oldpath, "remove");
   rc = 0;
 out:

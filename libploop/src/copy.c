@@ -450,9 +450,9 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
    * descriptor keeps the header and BAT, and its fdatasync (delta_flush,
    * merge_seal) covers these pages too (one inode). */
   int rc = 0;
-  ms.wfd = open(p->path, O_WRONLY | O_CLOEXEC);
+  ms.wfd = ploop_open_file(p->dir, p->path, O_WRONLY, 0);
   if (ms.wfd < 0)
-    rc = ploop_error_os(p->path, "open for writing");
+    rc = ploop_error_wrap("open for writing");
   else
     wb_kicker_start(&ms.wb, ms.wfd, true);
   uint64_t size0 = 0;
@@ -537,4 +537,90 @@ int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_pro
                      uint64_t total)
 {
   return merge_copy(src, dst, false, true, true, progress, opaque, 0, total);
+}
+
+/* Reads for a stream (ploop_send) as export reads, direct and in flight
+ * together, but with the queue refilled slot by slot as merge does: a
+ * slow consumer (a pipe, a socket) then never leaves the disk idle while
+ * the next batch waits. */
+struct held_reader {
+  struct ploop_disk *disk;
+  unsigned from, to;
+  uint64_t next_vc, nclusters, cb;
+  struct ploop_aio aio;
+  uint8_t *buf;
+  uint64_t *slot_vc;
+};
+
+static bool held_next_read(struct held_reader *r, unsigned s)
+{
+  for (; r->next_vc < r->nclusters; r->next_vc++) {
+    uint64_t off = 0;
+    unsigned depth = disk_find(r->disk, r->from, r->next_vc, &off);
+    if (!depth || depth > r->to)
+      continue;
+    struct ploop_delta *d = r->disk->deltas[depth - 1];
+    r->slot_vc[s] = r->next_vc++;
+    aio_start(&r->aio, s, d->fd, d->path, r->buf + (size_t)s * r->cb, r->cb, off, 0);
+    return true;
+  }
+  return false;
+}
+
+uint64_t copy_count_held(struct ploop_disk *disk, unsigned from, unsigned to)
+{
+  uint64_t n = 0, clusters = div_round_up(disk->size_bytes, disk->cluster_bytes);
+  for (uint64_t vc = 0; vc < clusters; vc++) {
+    unsigned depth = disk_find(disk, from, vc, NULL);
+    n += depth && depth <= to;
+  }
+  return n;
+}
+
+int copy_read_held(struct ploop_disk *disk, unsigned from, unsigned to, held_sink_fn sink, void *opaque)
+{
+  struct held_reader r = {.disk = disk, .from = from, .to = to, .cb = disk->cluster_bytes};
+  r.nclusters = div_round_up(disk->size_bytes, r.cb);
+  uint64_t n = MERGE_INFLIGHT_BYTES / r.cb;
+  unsigned depth = n < 2 ? 2 : n > COPY_MAX_BATCH ? COPY_MAX_BATCH : (unsigned)n;
+  r.buf = ploop_aligned_alloc((size_t)r.cb * depth);
+  r.slot_vc = calloc(depth, sizeof *r.slot_vc);
+  if (!r.buf || !r.slot_vc || aio_init(&r.aio, depth) < 0) {
+    if (r.buf && !r.slot_vc)
+      ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    free(r.buf);
+    free(r.slot_vc);
+    return -1;
+  }
+  int rc = 0;
+  for (unsigned s = 0; s < depth && held_next_read(&r, s); s++)
+    ;
+  unsigned fin[COPY_MAX_BATCH];
+  bool failed[COPY_MAX_BATCH];
+  for (;;) {
+    int got = aio_reap(&r.aio, fin, failed);
+    if (got <= 0) {
+      rc = got < 0 ? -1 : rc;
+      break;
+    }
+    for (int i = 0; i < got; i++) {
+      unsigned s = fin[i];
+      if (failed[i] || rc < 0) {
+        rc = -1;
+        continue;
+      }
+      uint64_t vc = r.slot_vc[s];
+      size_t len = (size_t)min_u64(r.cb, round_up(disk->size_bytes - vc * r.cb, 512));
+      if (sink(opaque, vc, r.buf + (size_t)s * r.cb, len) < 0) {
+        rc = -1;
+        continue;
+      }
+      held_next_read(&r, s);
+    }
+  }
+  /* Waits for whatever a failure left in flight before the buffers go. */
+  aio_destroy(&r.aio);
+  free(r.buf);
+  free(r.slot_vc);
+  return rc;
 }

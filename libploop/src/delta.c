@@ -65,15 +65,15 @@ static int validate_create_params(const char *path, const struct ploop_delta_cre
   return 0;
 }
 
-int delta_create_file(const char *path, const struct ploop_delta_create_params *p, bool in_use)
+int delta_create_file(const char *dir, const char *path, const struct ploop_delta_create_params *p, bool in_use)
 {
   int fd;
-  if (delta_create_file_nosync(path, p, in_use, &fd) < 0)
+  if (delta_create_file_nosync(dir, path, p, in_use, &fd) < 0)
     return -1;
   if (fdatasync(fd) < 0) {
     ploop_error_os(path, "fdatasync");
     close(fd);
-    unlink(path);
+    ploop_unlink_file(dir, path);
     return -1;
   }
   close(fd);
@@ -81,8 +81,8 @@ int delta_create_file(const char *path, const struct ploop_delta_create_params *
   return 0;
 }
 
-int delta_create_file_nosync(const char *path, const struct ploop_delta_create_params *p, bool in_use,
-                             int *fd_out)
+int delta_create_file_nosync(const char *dir, const char *path, const struct ploop_delta_create_params *p,
+                             bool in_use, int *fd_out)
 {
   uint32_t cs = 0;
   uint64_t sectors = 0;
@@ -102,10 +102,12 @@ int delta_create_file_nosync(const char *path, const struct ploop_delta_create_p
   uint64_t bat_area = round_up(PLOOP_HEADER_SIZE + 4ull * h.bat_entries, cluster);
   h.first_block = (uint32_t)(bat_area / 512);
 
-  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return ploop_error(errno == EEXIST ? PLOOP_ERR_PARAM : PLOOP_ERR_IO, errno, "%s: create: %s", path,
-                       strerror(errno));
+  int fd = ploop_open_file(dir, path, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    if (ploop_get_errno() == EEXIST)
+      ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: create: %s", path, strerror(EEXIST));
+    return -1;
+  }
   /* Only the header page is written: the rest of the BAT area reads as
    * zeros (empty slots), so creating a delta costs the same for any size;
    * that is what keeps a snapshot instant. */
@@ -125,13 +127,13 @@ int delta_create_file_nosync(const char *path, const struct ploop_delta_create_p
 fail:
   free(buf);
   close(fd);
-  unlink(path);
+  ploop_unlink_file(dir, path);
   return -1;
 }
 
 int ploop_delta_create(const char *path, const struct ploop_delta_create_params *p)
 {
-  if (delta_create_file(path, p, false) < 0)
+  if (delta_create_file(NULL, path, p, false) < 0)
     return -1;
   return ploop_fsync_parent(path);
 }
@@ -195,10 +197,11 @@ static void delta_free(struct ploop_delta *d)
   free(d->bat_raw);
   free(d->page_dirty);
   free(d->path);
+  free(d->dir);
   free(d);
 }
 
-static struct ploop_delta *delta_alloc(const char *path)
+static struct ploop_delta *delta_alloc(const char *dir, const char *path)
 {
   struct ploop_delta *d = calloc(1, sizeof *d);
   if (!d) {
@@ -210,7 +213,8 @@ static struct ploop_delta *delta_alloc(const char *path)
   pthread_mutex_init(&d->flush_lock, NULL);
   pthread_cond_init(&d->cond, NULL);
   d->path = ploop_strdup(path);
-  if (!d->path) {
+  d->dir = dir ? ploop_strdup(dir) : NULL;
+  if (!d->path || (dir && !d->dir)) {
     delta_free(d);
     return NULL;
   }
@@ -275,25 +279,18 @@ static int validate_bat(struct ploop_delta *d, uint64_t file_size)
   return rc;
 }
 
-struct ploop_delta *delta_open(const char *path, unsigned flags)
+struct ploop_delta *delta_open(const char *dir, const char *path, unsigned flags)
 {
-  struct ploop_delta *d = delta_alloc(path);
+  struct ploop_delta *d = delta_alloc(dir, path);
   if (!d)
     return NULL;
   d->rdwr = flags & PLOOP_OPEN_RDWR;
-  d->fd = open(path, (d->rdwr ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC);
-  if (d->fd < 0) {
-    ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s", path,
-                strerror(errno));
+  d->fd = ploop_open_file(dir, path, (d->rdwr ? O_RDWR : O_RDONLY) | O_DIRECT, 0);
+  if (d->fd < 0)
     goto fail;
-  }
   struct stat st;
   if (fstat(d->fd, &st) < 0) {
     ploop_error_os(path, "stat");
-    goto fail;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: not a regular file", path);
     goto fail;
   }
   uint64_t file_size = (uint64_t)st.st_size;
@@ -342,20 +339,20 @@ fail:
   return NULL;
 }
 
-struct ploop_delta *delta_open_raw(const char *path, uint32_t cluster_sectors, bool rdwr)
+struct ploop_delta *delta_open_raw(const char *dir, const char *path, uint32_t cluster_sectors, bool rdwr)
 {
-  struct ploop_delta *d = delta_alloc(path);
+  struct ploop_delta *d = delta_alloc(dir, path);
   if (!d)
     return NULL;
   d->raw = true;
   d->rdwr = rdwr;
   d->h.cluster_sectors = cluster_sectors;
   d->cluster_bytes = (uint64_t)cluster_sectors * 512;
-  d->fd = open(path, (rdwr ? O_RDWR : O_RDONLY) | O_DIRECT | O_CLOEXEC);
+  d->fd = ploop_open_file(dir, path, (rdwr ? O_RDWR : O_RDONLY) | O_DIRECT, 0);
   struct stat st;
   if (d->fd < 0 || fstat(d->fd, &st) < 0) {
-    ploop_error(errno == ENOENT ? PLOOP_ERR_NOTFOUND : PLOOP_ERR_IO, errno, "%s: open: %s", path,
-                strerror(errno));
+    if (d->fd >= 0)
+      ploop_error_os(path, "stat");
     delta_free(d);
     return NULL;
   }
@@ -607,7 +604,7 @@ uint64_t delta_count_allocated(const struct ploop_delta *d)
 
 struct ploop_delta *ploop_delta_open(const char *path, unsigned flags)
 {
-  return delta_open(path, flags);
+  return delta_open(NULL, path, flags);
 }
 
 int ploop_delta_close(struct ploop_delta *d)

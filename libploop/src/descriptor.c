@@ -314,8 +314,15 @@ struct ploop_descriptor *ploop_descriptor_load(const char *dir_or_xml)
     return NULL;
   }
   d->n_images = 0;
-  xmlDoc *doc = xmlReadFile(xml, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+  struct stat xst;
+  xmlDoc *doc = NULL;
   int rc;
+  /* A FIFO there would block the read forever. */
+  if (stat(xml, &xst) == 0 && !S_ISREG(xst.st_mode)) {
+    rc = ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: not a regular file", xml);
+    goto parsed;
+  }
+  doc = xmlReadFile(xml, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
   if (!doc) {
     if (access(xml, F_OK) < 0)
       rc = ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no such file", xml);
@@ -325,8 +332,15 @@ struct ploop_descriptor *ploop_descriptor_load(const char *dir_or_xml)
     rc = parse_doc(d, doc, xml);
     xmlFreeDoc(doc);
   }
+parsed:
   if (rc == 0)
     rc = validate_structure(d);
+  /* Every image path must stay inside the directory, whatever the verb. */
+  for (size_t i = 0; rc == 0 && i < d->n_images; i++) {
+    char *path = ploop_descriptor_image_path(d, &d->images[i]);
+    rc = path ? 0 : -1;
+    free(path);
+  }
   /* Older ploop wrote a random TopGUID; the top now always carries the fixed one. */
   if (rc == 0 && strcmp(d->top_guid, PLOOP_TOP_GUID) && !ploop_descriptor_find_image(d, PLOOP_TOP_GUID))
     descriptor_rename_guid(d, d->top_guid, PLOOP_TOP_GUID);
@@ -459,6 +473,11 @@ char *ploop_descriptor_image_path(const struct ploop_descriptor *d, const struct
   char *p;
   if (asprintf(&p, "%s/%s", d->dir, img->file) < 0) {
     ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    return NULL;
+  }
+  /* Refused early for every caller; the opens resolve beneath again. */
+  if (ploop_check_file_beneath(d->dir, p) < 0) {
+    free(p);
     return NULL;
   }
   return p;

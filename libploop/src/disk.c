@@ -43,8 +43,9 @@ struct ploop_delta *delta_open_image(const struct ploop_descriptor *desc, const 
   char *path = ploop_descriptor_image_path(desc, im);
   if (!path)
     return NULL;
-  struct ploop_delta *d = im->plain ? delta_open_raw(path, desc->cluster_sectors, flags & PLOOP_OPEN_RDWR)
-                                    : delta_open(path, flags);
+  struct ploop_delta *d = im->plain
+                              ? delta_open_raw(desc->dir, path, desc->cluster_sectors, flags & PLOOP_OPEN_RDWR)
+                              : delta_open(desc->dir, path, flags);
   free(path);
   return d;
 }
@@ -638,7 +639,7 @@ int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_pa
     rc = ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no such directory", dir);
     goto out;
   }
-  if (delta_create_file(delta_path, p, false) < 0)
+  if (delta_create_file(NULL, delta_path, p, false) < 0)
     goto out;
   char real[4096];
   if (!realpath(dir, real)) {
@@ -646,7 +647,7 @@ int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_pa
     unlink(delta_path);
     goto out;
   }
-  struct ploop_delta *d = delta_open(delta_path, PLOOP_OPEN_RDONLY);
+  struct ploop_delta *d = delta_open(NULL, delta_path, PLOOP_OPEN_RDONLY);
   if (!d) {
     unlink(delta_path);
     goto out;

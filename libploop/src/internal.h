@@ -53,9 +53,25 @@ char *ploop_strdup(const char *s); /* sets error on failure */
  * process here (fault.c; PLOOP_FAULT_INJECT / PLOOP_FAULT_TRACE). */
 void ploop_fault_point(const char *name);
 
+/* ---- files a descriptor names (beneath.c) ----
+ * DIR is the disk's directory and PATH is DIR/NAME from its descriptor:
+ * PATH must resolve inside DIR (symlinks included). DIR NULL: PATH is a
+ * bare file the caller named itself, opened as given. */
+/* openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) on DIRFD; -1 with errno. */
+int openat_beneath(int dirfd, const char *name, int flags, mode_t mode);
+/* open(2) of a regular file only (a FIFO, socket or device is refused at
+ * once, never opened); sets the error and returns -1 on failure. */
+int ploop_open_file(const char *dir, const char *path, int flags, mode_t mode);
+/* unlink(2) / link(2) of such paths: -1 with errno, no error message. */
+int ploop_unlink_file(const char *dir, const char *path);
+int ploop_link_file(const char *dir, const char *from, const char *to);
+/* PATH resolves inside DIR to a regular file, or to nothing yet (0); else -1. */
+int ploop_check_file_beneath(const char *dir, const char *path);
+
 /* ---- delta (delta.c) ---- */
 struct ploop_delta {
   char *path;
+  char *dir; /* the disk directory PATH must stay in; NULL for a bare file */
   int fd;
   bool rdwr;
   bool raw; /* Plain image: identity map, no header */
@@ -101,8 +117,9 @@ static inline uint64_t delta_lookup(const struct ploop_delta *d, uint64_t vc)
 #define DELTA_OFF(x) ((x) & ~(1ull << 63))
 
 /* Opens with full validation of header and BAT. FLAGS: PLOOP_OPEN_*. */
-struct ploop_delta *delta_open(const char *path, unsigned flags);
-struct ploop_delta *delta_open_raw(const char *path, uint32_t cluster_sectors, bool rdwr);
+/* DIR: as ploop_open_file. */
+struct ploop_delta *delta_open(const char *dir, const char *path, unsigned flags);
+struct ploop_delta *delta_open_raw(const char *dir, const char *path, uint32_t cluster_sectors, bool rdwr);
 int delta_close(struct ploop_delta *d, bool clean);
 /* Reserve a fresh cluster for VC; waits while another thread allocates VC.
  * Returns 1 with *OFF set if VC turned out allocated meanwhile, 0 with
@@ -123,10 +140,10 @@ int delta_set_in_use(struct ploop_delta *d, bool in_use);
 int delta_seal_begin(struct ploop_delta *d);
 uint64_t delta_count_allocated(const struct ploop_delta *d);
 /* A new delta file, durable; IN_USE: created already marked (for a new top). */
-int delta_create_file(const char *path, const struct ploop_delta_create_params *p, bool in_use);
+int delta_create_file(const char *dir, const char *path, const struct ploop_delta_create_params *p, bool in_use);
 /* The same, left unsynced: *FD is the open file, for the caller to sync (sync_all). */
-int delta_create_file_nosync(const char *path, const struct ploop_delta_create_params *p, bool in_use,
-                             int *fd);
+int delta_create_file_nosync(const char *dir, const char *path, const struct ploop_delta_create_params *p,
+                             bool in_use, int *fd);
 /* delta_open flag: the file was just created by delta_create_file(in_use=true). */
 #define DELTA_OPEN_FRESH (1u << 16)
 void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors);
@@ -200,8 +217,18 @@ int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_pro
  * caller closes it without another write (rdwr cleared). */
 int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque,
                             uint64_t total);
+/* Streaming reads for ploop_send: every cluster whose topmost holder is one
+ * of the deltas at depths FROM+1..TO (FROM = 0: the top) is read, many in
+ * flight, and handed to SINK (LEN: the bytes of it inside the disk, 512
+ * aligned) as its read completes, in any order. A sink error stops it. */
+typedef int (*held_sink_fn)(void *opaque, uint64_t vc, const uint8_t *buf, size_t len);
+int copy_read_held(struct ploop_disk *disk, unsigned from, unsigned to, held_sink_fn sink, void *opaque);
+/* How many clusters copy_read_held would read. */
+uint64_t copy_count_held(struct ploop_disk *disk, unsigned from, unsigned to);
 /* Undo an interrupted version conversion from its backup (check -r). 1 = restored, 0 = no backup. */
-int convert_restore_backup(const char *path);
+int convert_restore_backup(const char *dir, const char *path);
+/* ploop_delta_check of a descriptor's image (DIR: as ploop_open_file). */
+int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_check_report *r);
 
 /* ---- snapshots, merge, resize ---- */
 struct ploop_descriptor *descriptor_load_locked(const char *dir_or_xml, int *lock, unsigned what);

@@ -137,14 +137,14 @@ static int merge_up(struct ploop_descriptor *d, const char *child, const char *p
    * that exists. */
   delta_close(p, false);
   p = NULL;
-  if (unlink(parent_path) < 0) {
+  if (ploop_unlink_file(d->dir, parent_path) < 0) {
     ploop_error_os(parent_path, "remove merged delta");
     goto out;
   }
   ploop_fault_point("merge-up-parent-removed");
   rc = 0;
   /* The new link must be on disk before a descriptor names it. */
-  if (link(child_path, parent_path) == 0 && ploop_fsync_parent(parent_path) == 0) {
+  if (ploop_link_file(d->dir, child_path, parent_path) == 0 && ploop_fsync_parent(parent_path) == 0) {
     ploop_fault_point("merge-up-linked");
     for (size_t i = 0; i < d->n_images; i++)
       if (!strcmp(d->images[i].guid, child)) {
@@ -154,7 +154,7 @@ static int merge_up(struct ploop_descriptor *d, const char *child, const char *p
       }
     if (ploop_descriptor_save(d) < 0)
       rc = -1;
-    else if (unlink(child_path) < 0)
+    else if (ploop_unlink_file(d->dir, child_path) < 0)
       rc = ploop_error_os(child_path, "remove the merged delta's old name");
     else
       ploop_fault_point("merge-up-old-name-removed");
@@ -265,7 +265,7 @@ out:
   if (p && delta_close(p, true) < 0)
     rc = -1;
   delta_close(x, false);
-  if (rc == 0 && unlink(child_path) < 0)
+  if (rc == 0 && ploop_unlink_file(d->dir, child_path) < 0)
     rc = ploop_error_os(child_path, "remove merged delta");
   if (rc == 0)
     ploop_fault_point("merge-child-removed");
@@ -380,7 +380,7 @@ static int disk_merge_index(struct ploop_disk *disk, unsigned i, ploop_progress_
   x->rdwr = false;
   delta_close(x, false);
   delta_close(old_p, false);
-  if (xpath && unlink(xpath) < 0)
+  if (xpath && ploop_unlink_file(disk->dir, xpath) < 0)
     ploop_error_os(xpath, "remove merged delta");
   else
     ploop_fault_point("merge-child-removed");

@@ -61,9 +61,9 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
       .cluster_sectors = disk->desc->cluster_sectors,
       .version = top->raw ? 2 : top->h.version,
   };
-  if (delta_create_file_nosync(path, &p, true, &dfd) < 0)
+  if (delta_create_file_nosync(disk->dir, path, &p, true, &dfd) < 0)
     goto out;
-  nt = delta_open(path, PLOOP_OPEN_RDWR | DELTA_OPEN_FRESH);
+  nt = delta_open(disk->dir, path, PLOOP_OPEN_RDWR | DELTA_OPEN_FRESH);
   if (!nt)
     goto fail_unlink;
   nd = descriptor_dup(disk->desc);
@@ -112,7 +112,7 @@ fail_unlink:
     close(dfd);
   delta_close(nt, false);
   nt = NULL;
-  unlink(path);
+  ploop_unlink_file(disk->dir, path);
 out:
   disk_unlock_exclusive(disk);
   ploop_descriptor_free(nd);
@@ -151,13 +151,13 @@ int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out)
       .version = top->raw ? 2 : top->h.version,
   };
   int dfd, tfd;
-  if (delta_create_file_nosync(path, &p, false, &dfd) < 0)
+  if (delta_create_file_nosync(d->dir, path, &p, false, &dfd) < 0)
     goto out;
   descriptor_rename_guid(d, PLOOP_TOP_GUID, g);
   snprintf(d->top_guid, sizeof d->top_guid, "%s", PLOOP_TOP_GUID);
   if (descriptor_add_image(d, PLOOP_TOP_GUID, file, g) < 0 || descriptor_write_tmp(d, &tfd) < 0) {
     close(dfd);
-    unlink(path);
+    ploop_unlink_file(d->dir, path);
     goto out;
   }
   /* Two syncs at once (the new delta, the descriptor), then the rename. */
@@ -167,12 +167,12 @@ int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out)
   close(dfd);
   if (src < 0) {
     descriptor_abort_tmp(d, tfd);
-    unlink(path);
+    ploop_unlink_file(d->dir, path);
     goto out;
   }
   ploop_fault_point("snapshot-synced");
   if (descriptor_commit_tmp(d, tfd, true) < 0) {
-    unlink(path);
+    ploop_unlink_file(d->dir, path);
     goto out;
   }
   if (out)
@@ -245,17 +245,17 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid)
       .cluster_sectors = d->cluster_sectors,
       .version = snap->raw ? 2 : snap->h.version,
   };
-  if (delta_create_file(path, &p, false) < 0)
+  if (delta_create_file(d->dir, path, &p, false) < 0)
     goto out;
   descriptor_remove_image(d, PLOOP_TOP_GUID);
   d->size_sectors = snap->h.size_sectors;
   ploop_chs(d->size_sectors, &d->cylinders, &d->heads, &d->sectors);
   if (descriptor_add_image(d, PLOOP_TOP_GUID, file, g) < 0 || ploop_descriptor_save(d) < 0) {
-    unlink(path);
+    ploop_unlink_file(d->dir, path);
     goto out;
   }
   /* The old top is dropped, as ploop does; a crash before this leaves only an orphan file. */
-  if (unlink(old_top) < 0)
+  if (ploop_unlink_file(d->dir, old_top) < 0)
     ploop_error_os(old_top, "remove");
   ploop_fault_point("switch-old-top-removed");
   rc = 0;
@@ -298,7 +298,7 @@ int ploop_snapshot_delete(const char *dir_or_xml, const char *guid)
     if (path) {
       descriptor_remove_image(d, g);
       rc = ploop_descriptor_save(d);
-      if (rc == 0 && unlink(path) < 0)
+      if (rc == 0 && ploop_unlink_file(d->dir, path) < 0)
         rc = ploop_error_os(path, "remove");
       if (rc == 0)
         ploop_fault_point("delete-leaf-removed");

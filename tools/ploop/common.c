@@ -195,9 +195,15 @@ int cli_classify(const char *path, enum cli_target *out)
     return 0;
   }
   char head[16] = {0};
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* Non-blocking: a FIFO named here must fail now, not wait for a writer. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return cli_error(errno == ENOENT ? EXIT_NOTFOUND : EXIT_IO, "%s: %s", path, strerror(errno));
+  struct stat fst;
+  if (fstat(fd, &fst) == 0 && !S_ISREG(fst.st_mode)) {
+    close(fd);
+    return cli_error(EXIT_USAGE, "%s: not a regular file, a directory or a disk descriptor", path);
+  }
   ssize_t got = read(fd, head, sizeof head);
   close(fd);
   *out = CLI_TARGET_DELTA;

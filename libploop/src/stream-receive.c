@@ -1,0 +1,627 @@
+/* ploop_receive: applies one disk stream (formats/ploop-stream.md). Every
+ * layer of the stream goes into a new delta file, written direct with many
+ * writes in flight; only after the end frame is verified does a descriptor
+ * rewrite (.tmp, fsync, rename) make them part of the disk. Before that
+ * nothing the disk's descriptor names has changed, so a failure only has
+ * to remove the new files. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "internal.h"
+#include "io.h"
+#include "stream.h"
+
+#define RECV_INFLIGHT_BYTES (64u << 20)
+#define RECV_MAX_DEPTH 128u /* within the delta's table of in-flight allocations */
+
+struct layer {
+  char guid[PLOOP_UUID_LEN + 1], parent[PLOOP_UUID_LEN + 1];
+  char file[NAME_MAX + 1];
+  char path[PATH_MAX];
+  struct ploop_delta *d;
+};
+
+struct wslot {
+  uint64_t vc, off;
+  bool busy, fresh;
+};
+
+struct receiver {
+  char dir[PATH_MAX];
+  bool full, made_dir, made_lock;
+  int lock;
+  struct stream_fd in;
+  struct stream_header h;
+  uint64_t cb, clusters;
+  struct ploop_descriptor *desc; /* incremental: the disk's, loaded under the lock */
+  char old_top[PATH_MAX];        /* incremental: the empty top replaced at the end */
+  char base_file[NAME_MAX + 1 - PLOOP_UUID_LEN - 1]; /* new deltas: "<base_file>.{uuid}" */
+  struct layer layers[PLOOP_MAX_DELTAS];
+  unsigned n_layers;
+  char top_path[PATH_MAX];
+  bool made_top;
+  uint8_t *seen; /* clusters of the current layer already in the stream */
+  /* The writer: DEPTH cluster buffers, each with at most one write in flight. */
+  struct ploop_aio aio;
+  unsigned depth;
+  uint8_t *buf, *zero, *zin;
+  size_t zin_cap;
+  struct wslot *slot;
+  uint64_t reserved; /* the current layer's file size, extended ahead of writes */
+  XXH3_state_t *round;
+  uint64_t round_frames, frames, data_frames, data_bytes;
+  bool round_closed; /* the current layer ended with its round frame */
+  ploop_progress_fn progress;
+  void *opaque;
+};
+
+static struct ploop_delta *cur_delta(struct receiver *r)
+{
+  return r->layers[r->n_layers - 1].d;
+}
+
+/* Waits for at least one write; publishes the clusters that are done. */
+static int reap(struct receiver *r)
+{
+  unsigned fin[RECV_MAX_DEPTH];
+  bool failed[RECV_MAX_DEPTH];
+  int got = aio_reap(&r->aio, fin, failed);
+  if (got < 0)
+    return -1;
+  int rc = 0;
+  for (int i = 0; i < got; i++) {
+    struct wslot *w = &r->slot[fin[i]];
+    if (w->fresh)
+      delta_alloc_finish(cur_delta(r), w->vc, failed[i] ? 0 : w->off);
+    w->busy = false;
+    if (failed[i])
+      rc = -1;
+  }
+  return rc < 0 ? -1 : got;
+}
+
+static int drain(struct receiver *r)
+{
+  int rc = 0, got;
+  while ((got = reap(r)) != 0)
+    if (got < 0)
+      rc = -1;
+  return rc;
+}
+
+static int free_slot(struct receiver *r)
+{
+  for (;;) {
+    for (unsigned s = 0; s < r->depth; s++)
+      if (!r->slot[s].busy)
+        return (int)s;
+    if (reap(r) < 0)
+      return -1;
+  }
+}
+
+/* Starts the write of slot S's cluster VC from BUF into the current layer. */
+static int start_write(struct receiver *r, unsigned s, uint64_t vc, const uint8_t *buf)
+{
+  struct ploop_delta *d = cur_delta(r);
+  struct wslot *w = &r->slot[s];
+  uint64_t off;
+  int a = delta_alloc_begin(d, vc, &off);
+  if (a < 0)
+    return -1;
+  w->vc = vc;
+  w->fresh = a == 0;
+  w->off = DELTA_OFF(off);
+  /* New clusters are appended: the file is extended ahead of the writes, a
+   * queue's worth at a time (direct writes inside i_size run in parallel). */
+  if (w->fresh && w->off + r->cb > r->reserved) {
+    uint64_t end = w->off + (uint64_t)r->depth * r->cb;
+    if (ftruncate(d->fd, (off_t)end) < 0) {
+      delta_alloc_finish(d, vc, 0);
+      return ploop_error_os(d->path, "extend");
+    }
+    r->reserved = end;
+  }
+  w->busy = true;
+  aio_start(&r->aio, s, d->fd, d->path, (void *)buf, r->cb, w->off, 1);
+  return 0;
+}
+
+static int mark_seen(struct receiver *r, uint64_t vc)
+{
+  if (r->seen[vc / 8] & (1u << (vc % 8)))
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: cluster %llu sent twice in one layer",
+                       (unsigned long long)r->frames, (unsigned long long)vc);
+  r->seen[vc / 8] |= (uint8_t)(1u << (vc % 8));
+  return 0;
+}
+
+/* "<base_file>.{uuid}" into OUT (NAME_MAX + 1 bytes). */
+static void delta_file_name(struct receiver *r, char *out)
+{
+  char uuid[PLOOP_UUID_LEN + 1];
+  ploop_uuid_generate(uuid);
+  size_t b = strlen(r->base_file);
+  memcpy(out, r->base_file, b);
+  out[b] = '.';
+  memcpy(out + b + 1, uuid, sizeof uuid);
+}
+
+/* DIR/FILE into OUT (PATH_MAX bytes). */
+static int join_path(const struct receiver *r, const char *file, char *out)
+{
+  size_t a = strlen(r->dir), b = strlen(file);
+  if (a + 1 + b >= PATH_MAX)
+    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: path too long", r->dir);
+  memcpy(out, r->dir, a);
+  out[a] = '/';
+  memcpy(out + a + 1, file, b + 1);
+  return 0;
+}
+
+/* A new delta of the stream's geometry, marked in use until sealed. */
+static struct ploop_delta *new_delta(struct receiver *r, const char *path, bool in_use, int *fd)
+{
+  struct ploop_delta_create_params p = {
+      .size_bytes = r->h.virtual_bytes, .cluster_sectors = r->h.cluster_bytes / 512, .version = 2};
+  if (delta_create_file_nosync(r->dir, path, &p, in_use, fd) < 0)
+    return NULL;
+  if (!in_use)
+    return NULL;
+  struct ploop_delta *d = delta_open(r->dir, path, PLOOP_OPEN_RDWR | DELTA_OPEN_FRESH);
+  close(*fd);
+  *fd = -1;
+  return d;
+}
+
+static int open_layer(struct receiver *r, const char *guid, const char *parent, uint64_t frame)
+{
+  const char *want = r->n_layers ? r->layers[r->n_layers - 1].guid : r->h.base_guid;
+  if (strcmp(parent, want))
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: snapshot %s has parent %s, expected %s",
+                       (unsigned long long)frame, guid, parent, want);
+  if (!strcmp(guid, PLOOP_NULL_GUID) || !strcmp(guid, PLOOP_TOP_GUID))
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: reserved snapshot GUID %s",
+                       (unsigned long long)frame, guid);
+  for (unsigned i = 0; i < r->n_layers; i++)
+    if (!strcmp(r->layers[i].guid, guid))
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: snapshot %s sent twice",
+                         (unsigned long long)frame, guid);
+  if (r->desc && ploop_descriptor_find_image(r->desc, guid))
+    return ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: already holds snapshot %s", r->dir, guid);
+  /* 126 snapshots and the top at most, as ploop_disk_snapshot allows. */
+  size_t have = r->desc ? r->desc->n_images : 1;
+  if (r->n_layers + have >= PLOOP_MAX_DELTAS - 1)
+    return ploop_error(PLOOP_ERR_PARAM, EMLINK, "%s: at most %u snapshots", r->dir, PLOOP_MAX_DELTAS - 2);
+  struct layer *l = &r->layers[r->n_layers];
+  snprintf(l->guid, sizeof l->guid, "%s", guid);
+  snprintf(l->parent, sizeof l->parent, "%s", parent);
+  if (r->full && r->n_layers == 0)
+    snprintf(l->file, sizeof l->file, "%s", PLOOP_DEFAULT_IMAGE_NAME);
+  else
+    delta_file_name(r, l->file);
+  if (join_path(r, l->file, l->path) < 0)
+    return -1;
+  int fd = -1;
+  l->d = new_delta(r, l->path, true, &fd);
+  if (!l->d && access(l->path, F_OK) == 0)
+    unlink(l->path);
+  if (!l->d)
+    return -1;
+  r->n_layers++;
+  struct stat sb;
+  r->reserved = fstat(l->d->fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+  memset(r->seen, 0, div_round_up(r->clusters, 8));
+  r->round_closed = false;
+  return 0;
+}
+
+/* The layer's writes done, its unused reserve given back, then its BAT and
+ * a clean header durable: the delta is final. */
+static int seal_layer(struct receiver *r)
+{
+  if (!r->n_layers)
+    return 0;
+  struct ploop_delta *d = cur_delta(r);
+  if (!d->rdwr)
+    return 0;
+  if (drain(r) < 0)
+    return -1;
+  uint64_t used = d->alloc_head * r->cb;
+  if (r->reserved > used && ftruncate(d->fd, (off_t)used) < 0)
+    return ploop_error_os(d->path, "truncate");
+  if (delta_seal_begin(d) < 0)
+    return -1;
+  if (fdatasync(d->fd) < 0)
+    return ploop_error_os(d->path, "fdatasync");
+  d->rdwr = false;
+  return 0;
+}
+
+static int read_payload(struct receiver *r, void *buf, size_t len)
+{
+  char what[64];
+  snprintf(what, sizeof what, "frame %llu", (unsigned long long)r->frames);
+  return stream_read_full(&r->in, buf, len, what);
+}
+
+static int on_data(struct receiver *r, const struct stream_frame *f)
+{
+  if (mark_seen(r, f->arg) < 0)
+    return -1;
+  int s = free_slot(r);
+  if (s < 0)
+    return -1;
+  uint8_t *b = r->buf + (size_t)s * r->cb;
+  if (f->flags & PLOOP_FRAME_DEFLATED) {
+    if (read_payload(r, r->zin, f->payload_bytes) < 0)
+      return -1;
+    uLongf out = (uLongf)f->length;
+    if (uncompress(b, &out, r->zin, f->payload_bytes) != Z_OK || out != f->length)
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: bad deflated payload",
+                         (unsigned long long)r->frames);
+  } else if (read_payload(r, b, f->payload_bytes) < 0) {
+    return -1;
+  }
+  if (stream_hash(b, f->length) != f->payload_hash)
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: payload checksum mismatch",
+                       (unsigned long long)r->frames);
+  if (f->length < r->cb)
+    memset(b + f->length, 0, r->cb - f->length);
+  r->data_frames++;
+  r->data_bytes += f->length;
+  if (r->progress && (r->data_frames % 16 == 0))
+    r->progress(r->opaque, r->data_frames * r->cb, r->h.data_clusters * r->cb);
+  return start_write(r, (unsigned)s, f->arg, b);
+}
+
+/* The range must read as zeros in this layer's state. With nothing below
+ * (the first layer of a full stream) that is what an absent cluster reads. */
+static int on_zero(struct receiver *r, const struct stream_frame *f)
+{
+  bool nothing_below = r->full && r->n_layers == 1;
+  for (uint64_t vc = f->arg; vc < f->arg + f->length; vc++) {
+    if (mark_seen(r, vc) < 0)
+      return -1;
+    if (nothing_below)
+      continue;
+    int s = free_slot(r);
+    if (s < 0 || start_write(r, (unsigned)s, vc, r->zero) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static void round_add(struct receiver *r, const struct stream_frame *f)
+{
+  uint64_t le = htole64(f->checksum);
+  XXH3_64bits_update(r->round, &le, sizeof le);
+  r->round_frames++;
+}
+
+/* Reads frames up to and including the end frame. */
+static int read_frames(struct receiver *r)
+{
+  bool snapshots = r->h.flags & PLOOP_STREAM_SNAPSHOTS;
+  if (!snapshots && open_layer(r, r->h.guid, r->h.base_guid, 0) < 0)
+    return -1;
+  for (;; r->frames++) {
+    struct ploop_stream_frame raw;
+    struct stream_frame f;
+    char what[64];
+    snprintf(what, sizeof what, "frame %llu", (unsigned long long)r->frames);
+    if (stream_read_full(&r->in, &raw, sizeof raw, what) < 0 || stream_frame_decode(&raw, &r->h, r->frames, &f) < 0)
+      return -1;
+    unsigned long long n = r->frames;
+    if (f.type != PLOOP_FRAME_SNAPSHOT && f.type != PLOOP_FRAME_END && !r->n_layers)
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: data before the first snapshot frame", n);
+    if ((f.type == PLOOP_FRAME_DATA || f.type == PLOOP_FRAME_ZERO) && r->round_closed)
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: data after the end of its round", n);
+    switch (f.type) {
+    case PLOOP_FRAME_DATA:
+      if (on_data(r, &f) < 0)
+        return -1;
+      break;
+    case PLOOP_FRAME_ZERO:
+      if (on_zero(r, &f) < 0)
+        return -1;
+      break;
+    case PLOOP_FRAME_SNAPSHOT: {
+      struct ploop_stream_snapshot shot;
+      if (read_payload(r, &shot, sizeof shot) < 0)
+        return -1;
+      if (stream_hash(&shot, sizeof shot) != f.payload_hash)
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: payload checksum mismatch", n);
+      if (r->n_layers && !r->round_closed)
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: snapshot before the end of a round", n);
+      char g[PLOOP_UUID_LEN + 1], p[PLOOP_UUID_LEN + 1];
+      stream_guid_from_wire(shot.guid, g);
+      stream_guid_from_wire(shot.parent, p);
+      if (seal_layer(r) < 0 || open_layer(r, g, p, n) < 0)
+        return -1;
+      break;
+    }
+    case PLOOP_FRAME_ROUND:
+      if (r->round_closed)
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: empty round", n);
+      if (f.length != r->round_frames || f.arg != XXH3_64bits_digest(r->round))
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: round digest mismatch", n);
+      XXH3_64bits_reset(r->round);
+      r->round_frames = 0;
+      r->round_closed = true;
+      continue; /* not part of the next round's digest */
+    case PLOOP_FRAME_END:
+      if (!r->round_closed)
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: end before the end of a round", n);
+      if (f.arg != r->frames || f.length != r->data_frames)
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: end frame counts disagree", n);
+      if (strcmp(r->layers[r->n_layers - 1].guid, r->h.guid))
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: last snapshot is not the stream's %s",
+                           n, r->h.guid);
+      return 0;
+    }
+    round_add(r, &f);
+  }
+}
+
+static int dir_is_empty(const char *dir)
+{
+  DIR *d = opendir(dir);
+  if (!d)
+    return ploop_error_os(dir, "open directory");
+  struct dirent *e;
+  int empty = 1;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+      empty = 0;
+  closedir(d);
+  return empty;
+}
+
+static int prepare_full(struct receiver *r, const char *dir)
+{
+  struct stat sb;
+  if (stat(dir, &sb) == 0) {
+    if (!S_ISDIR(sb.st_mode))
+      return ploop_error(PLOOP_ERR_PARAM, ENOTDIR, "%s: not a directory", dir);
+    int e = dir_is_empty(dir);
+    if (e <= 0)
+      return e < 0 ? -1
+                   : ploop_error(PLOOP_ERR_PARAM, ENOTEMPTY,
+                                 "%s: not empty; a full stream makes a new disk (an incremental one needs --since)",
+                                 dir);
+  } else if (errno != ENOENT) {
+    return ploop_error_os(dir, "stat");
+  } else if (mkdir(dir, 0755) < 0) {
+    return ploop_error_os(dir, "create directory");
+  } else {
+    r->made_dir = true;
+  }
+  if (!realpath(dir, r->dir))
+    return ploop_error_os(dir, "resolve");
+  r->lock = ploop_lock_disk(r->dir, PLOOP_LOCK_WRITER);
+  if (r->lock < 0)
+    return -1;
+  r->made_lock = true;
+  snprintf(r->base_file, sizeof r->base_file, "%s", PLOOP_DEFAULT_IMAGE_NAME);
+  return 0;
+}
+
+static int prepare_incremental(struct receiver *r, const char *dir)
+{
+  char xml[PATH_MAX];
+  struct stat sb;
+  snprintf(xml, sizeof xml, "%s/%s", dir, PLOOP_DESCRIPTOR_NAME);
+  if (stat(dir, &sb) < 0 || (S_ISDIR(sb.st_mode) && access(xml, F_OK) < 0))
+    return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT,
+                       "%s: no disk here; an incremental stream applies to a copy that holds snapshot %s", dir,
+                       r->h.base_guid);
+  r->desc = descriptor_load_locked(dir, &r->lock, PLOOP_LOCK_WRITER);
+  if (!r->desc)
+    return -1;
+  struct ploop_descriptor *d = r->desc;
+  snprintf(r->dir, sizeof r->dir, "%s", d->dir);
+  const char *base = r->h.base_guid;
+  if (ploop_descriptor_find_image(d, r->h.guid))
+    return ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: already holds snapshot %s", d->dir, r->h.guid);
+  struct ploop_snapshot_desc *top = descriptor_find_shot(d, PLOOP_TOP_GUID);
+  const struct ploop_image_desc *tim = ploop_descriptor_find_image(d, PLOOP_TOP_GUID);
+  if (!ploop_descriptor_find_image(d, base))
+    return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: has no snapshot %s, the stream's base", d->dir, base);
+  if (!top || !tim || strcmp(top->parent, base))
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL,
+                       "%s: snapshot %s is not the newest, cannot apply an incremental stream", d->dir, base);
+  if ((uint64_t)d->cluster_sectors * 512 != r->h.cluster_bytes)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: cluster size %u bytes differs from the stream's %u", d->dir,
+                       d->cluster_sectors * 512, r->h.cluster_bytes);
+  /* The top must be empty: anything written since the snapshot would be
+   * lost, or mixed with the stream's clusters. */
+  struct ploop_delta *t = delta_open_image(d, tim, PLOOP_OPEN_RDONLY);
+  if (!t)
+    return -1;
+  uint64_t held = delta_count_allocated(t);
+  delta_close(t, false);
+  if (held)
+    return ploop_error(PLOOP_ERR_PARAM, EBUSY, "%s: changed since snapshot %s, cannot apply an incremental stream",
+                       d->dir, base);
+  char *p = ploop_descriptor_image_path(d, tim);
+  if (!p)
+    return -1;
+  snprintf(r->old_top, sizeof r->old_top, "%s", p);
+  free(p);
+  size_t idx[PLOOP_MAX_DELTAS];
+  if (ploop_descriptor_chain(d, NULL, idx, PLOOP_MAX_DELTAS) < 0)
+    return -1;
+  const char *bf = d->images[idx[0]].file;
+  if (strlen(bf) >= sizeof r->base_file)
+    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: base image name %s too long for new deltas", d->dir, bf);
+  memcpy(r->base_file, bf, strlen(bf) + 1);
+  return 0;
+}
+
+/* The received layers become snapshots, a new empty top above them: one
+ * descriptor rewrite, after every new file is durable. */
+static int commit(struct receiver *r)
+{
+  if (seal_layer(r) < 0)
+    return -1;
+  struct ploop_descriptor *d = r->desc;
+  struct ploop_descriptor *fresh = NULL;
+  if (!d) {
+    d = fresh = descriptor_new(r->dir, r->h.virtual_bytes / 512, r->h.cluster_bytes / 512);
+    if (!d)
+      return -1;
+  } else {
+    descriptor_remove_image(d, PLOOP_TOP_GUID);
+  }
+  int rc = -1, tfd = -1, dfd = -1;
+  char top_file[NAME_MAX + 1];
+  delta_file_name(r, top_file);
+  if (join_path(r, top_file, r->top_path) < 0)
+    goto out;
+  new_delta(r, r->top_path, false, &dfd);
+  if (dfd < 0)
+    goto out;
+  r->made_top = true;
+  /* The disk's size is the size of its newest state (ploop deltas hold whole clusters). */
+  d->size_sectors = round_up(r->h.virtual_bytes, r->cb) / 512;
+  ploop_chs(d->size_sectors, &d->cylinders, &d->heads, &d->sectors);
+  for (unsigned i = 0; i < r->n_layers; i++)
+    if (descriptor_add_image(d, r->layers[i].guid, r->layers[i].file, r->layers[i].parent) < 0)
+      goto out;
+  if (descriptor_add_image(d, PLOOP_TOP_GUID, top_file, r->layers[r->n_layers - 1].guid) < 0 ||
+      ploop_descriptor_validate(d) < 0 || descriptor_write_tmp(d, &tfd) < 0)
+    goto out;
+  int fds[2] = {dfd, tfd};
+  const char *paths[2] = {r->top_path, "DiskDescriptor.xml.tmp"};
+  if (sync_all(fds, paths, 2) < 0) {
+    descriptor_abort_tmp(d, tfd);
+    goto out;
+  }
+  ploop_fault_point("receive-synced");
+  if (descriptor_commit_tmp(d, tfd, true) < 0)
+    goto out;
+  rc = 0;
+  /* The replaced top was empty; it is no longer named by the descriptor. */
+  if (r->old_top[0] && unlink(r->old_top) < 0)
+    ploop_error_os(r->old_top, "remove");
+out:
+  if (dfd >= 0)
+    close(dfd);
+  ploop_descriptor_free(fresh);
+  return rc;
+}
+
+/* Nothing of a failed receive stays: the new files go, and a directory
+ * this call made. The disk's descriptor was never changed. */
+static void undo(struct receiver *r)
+{
+  for (unsigned i = 0; i < r->n_layers; i++) {
+    if (r->layers[i].d)
+      r->layers[i].d->rdwr = false; /* going away: nothing to flush into it */
+    delta_close(r->layers[i].d, false);
+    r->layers[i].d = NULL;
+    unlink(r->layers[i].path);
+  }
+  if (r->made_top)
+    unlink(r->top_path);
+  if (r->full && r->made_lock) {
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s.lck", r->dir, PLOOP_DESCRIPTOR_NAME);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/%s.tmp", r->dir, PLOOP_DESCRIPTOR_NAME);
+    unlink(p);
+  }
+  if (r->made_dir)
+    rmdir(r->dir);
+}
+
+static double now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, struct ploop_stream_stats *st,
+                  char *received_guid)
+{
+  double t0 = now();
+  struct receiver *r = calloc(1, sizeof *r);
+  if (!r)
+    return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+  r->in.fd = fd;
+  r->lock = -1;
+  if (o) {
+    r->progress = o->progress;
+    r->opaque = o->opaque;
+  }
+  int rc = -1;
+  struct ploop_stream_header raw;
+  if (stream_read_full(&r->in, &raw, sizeof raw, "the stream header") < 0 || stream_header_decode(&raw, &r->h) < 0)
+    goto out;
+  r->cb = r->h.cluster_bytes;
+  r->clusters = div_round_up(r->h.virtual_bytes, r->cb);
+  r->full = !(r->h.flags & PLOOP_STREAM_INCREMENTAL);
+  if ((r->full ? prepare_full(r, dir) : prepare_incremental(r, dir)) < 0)
+    goto out;
+  uint64_t n = RECV_INFLIGHT_BYTES / r->cb;
+  r->depth = n < 2 ? 2 : n > RECV_MAX_DEPTH ? RECV_MAX_DEPTH : (unsigned)n;
+  r->zin_cap = r->cb;
+  r->buf = ploop_aligned_alloc((size_t)r->cb * r->depth);
+  r->zero = ploop_aligned_alloc(r->cb);
+  r->zin = malloc(r->zin_cap);
+  r->slot = calloc(r->depth, sizeof *r->slot);
+  r->seen = calloc(div_round_up(r->clusters, 8) + 1, 1);
+  r->round = XXH3_createState();
+  if (!r->buf || !r->zero || !r->zin || !r->slot || !r->seen || !r->round) {
+    ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    goto out;
+  }
+  XXH3_64bits_reset(r->round);
+  if (aio_init(&r->aio, r->depth) < 0)
+    goto out;
+  if (r->progress)
+    r->progress(r->opaque, 0, r->h.data_clusters * r->cb);
+  if (read_frames(r) < 0 || commit(r) < 0)
+    goto out;
+  if (r->progress)
+    r->progress(r->opaque, r->h.data_clusters * r->cb, r->h.data_clusters * r->cb);
+  if (received_guid)
+    snprintf(received_guid, PLOOP_UUID_LEN + 1, "%s", r->h.guid);
+  rc = 0;
+out:
+  if (r->aio.ctx)
+    drain(r);
+  aio_destroy(&r->aio);
+  if (rc < 0) {
+    undo(r);
+  } else {
+    for (unsigned i = 0; i < r->n_layers; i++)
+      delta_close(r->layers[i].d, false);
+  }
+  if (st) {
+    st->bytes = r->in.bytes;
+    st->clusters = r->data_frames;
+    st->data_bytes = r->data_bytes;
+    st->seconds = now() - t0;
+    snprintf(st->guid, sizeof st->guid, "%s", r->h.guid);
+  }
+  ploop_unlock_disk(r->lock);
+  ploop_descriptor_free(r->desc);
+  XXH3_freeState(r->round);
+  free(r->buf);
+  free(r->zero);
+  free(r->zin);
+  free(r->slot);
+  free(r->seen);
+  free(r);
+  return rc;
+}
