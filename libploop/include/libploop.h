@@ -156,8 +156,15 @@ int ploop_descriptor_validate(const struct ploop_descriptor *d);
 int ploop_descriptor_chain(const struct ploop_descriptor *d, const char *guid, size_t *idx, size_t max);
 const struct ploop_image_desc *ploop_descriptor_find_image(const struct ploop_descriptor *d,
                                                            const char *guid);
-/* Absolute path of an image; caller frees. */
+/* Absolute path of an image; caller frees. NULL (with the error set) when
+ * the path resolves outside the descriptor's directory (a symlink on the
+ * way) or names something other than a regular file; a missing file is
+ * not an error here. */
 char *ploop_descriptor_image_path(const struct ploop_descriptor *d, const struct ploop_image_desc *img);
+/* Opens a ploop1 image of D as a delta (ploop_delta_open FLAGS), resolved
+ * inside D's directory as every libploop open of a descriptor's image is. */
+struct ploop_delta *ploop_descriptor_open_image(const struct ploop_descriptor *d,
+                                                const struct ploop_image_desc *img, unsigned flags);
 
 /* Make a new disk: DIR/root.hds (or the given delta path) + DiskDescriptor.xml. */
 int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_params *p);

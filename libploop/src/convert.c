@@ -228,7 +228,8 @@ int ploop_convert_format(const char *dir_or_xml, bool to_raw)
   }
   if (to_raw) {
     /* We hold the disk lock: the export must not take it again. */
-    if (export_raw(d->dir, NULL, newpath, PLOOP_OPEN_RDONLY | PLOOP_OPEN_NO_LOCK, NULL, NULL, NULL) < 0)
+    unsigned f = PLOOP_OPEN_RDONLY | PLOOP_OPEN_NO_LOCK | EXPORT_NEW_IN_DIR;
+    if (export_raw(d->dir, NULL, newpath, f, NULL, NULL, NULL) < 0)
       goto out;
   } else {
     src = delta_open_raw(d->dir, oldpath, d->cluster_sectors, false);

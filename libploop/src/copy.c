@@ -49,7 +49,7 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
                ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats)
 {
   struct ploop_copy_stats st = {0};
-  struct ploop_disk *disk = ploop_disk_open(dir_or_xml, snapshot_guid, open_flags);
+  struct ploop_disk *disk = ploop_disk_open(dir_or_xml, snapshot_guid, open_flags & ~EXPORT_NEW_IN_DIR);
   if (!disk)
     return -1;
   int rc = -1, fd = -1;
@@ -67,11 +67,12 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
   /* The output is a new file nobody reads back through us: writing it
    * through the page cache lets writeback stream it, and the fsync below
    * makes it durable before we return. The image side stays O_DIRECT. */
-  fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
+  if (open_flags & EXPORT_NEW_IN_DIR)
+    fd = ploop_open_file(disk->dir, dst, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  else if ((fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
     ploop_error_os(dst, "create");
+  if (fd < 0)
     goto out;
-  }
   /* The file starts as one hole of the disk's size: zero clusters are
    * simply never written. */
   if (ftruncate(fd, (off_t)size) < 0) {

@@ -548,7 +548,13 @@ int descriptor_write_tmp(const struct ploop_descriptor *d, int *tmp_fd)
   char tmp[4096];
   int rc = -1;
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", d->dir, PLOOP_DESCRIPTOR_NAME);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* A fresh file, never whatever a stale name points to (a symlink there
+   * would carry the write outside the directory). */
+  if (unlink(tmp) < 0 && errno != ENOENT) {
+    ploop_error_os(tmp, "remove stale");
+    goto out;
+  }
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     ploop_error_os(tmp, "create");
     goto out;

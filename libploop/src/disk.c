@@ -50,6 +50,16 @@ struct ploop_delta *delta_open_image(const struct ploop_descriptor *desc, const 
   return d;
 }
 
+struct ploop_delta *ploop_descriptor_open_image(const struct ploop_descriptor *d,
+                                                const struct ploop_image_desc *img, unsigned flags)
+{
+  if (img->plain) {
+    ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s/%s: a raw image has no ploop header", d->dir, img->file);
+    return NULL;
+  }
+  return delta_open_image(d, img, flags & (PLOOP_OPEN_RDWR | PLOOP_OPEN_ALLOW_DIRTY));
+}
+
 void disk_close_deltas(struct ploop_disk *disk, bool clean)
 {
   for (unsigned i = 0; i < disk->n; i++) {

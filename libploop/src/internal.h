@@ -202,6 +202,8 @@ void disk_close_deltas(struct ploop_disk *disk, bool clean);
 
 /* ---- copy helpers (copy.c) ---- */
 /* ploop_export_raw with explicit open flags (PLOOP_OPEN_NO_LOCK when the caller holds the lock). */
+/* export_raw flag: DST is a new file inside the disk's directory (beneath it). */
+#define EXPORT_NEW_IN_DIR (1u << 17)
 int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *dst, unsigned open_flags,
                ploop_progress_fn progress, void *opaque, struct ploop_copy_stats *stats);
 /* Copy every cluster X holds into P (below it), appending in P as needed. */

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -20,11 +21,20 @@ int ploop_lock_disk(const char *dir, unsigned what)
 {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.lck", dir, PLOOP_DESCRIPTOR_NAME);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  /* The holder record is written into this file: a symlink planted in its
+   * place must not redirect that write outside the directory. */
+  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
   if (fd < 0 && what == PLOOP_LOCK_READER && (errno == EROFS || errno == EACCES))
     return -2; /* read-only media: nobody can change the disk, no lock needed */
+  if (fd < 0 && errno == ELOOP)
+    return ploop_error(PLOOP_ERR_PARAM, ELOOP, "%s: lock file is a symlink; it must be a regular file", path);
   if (fd < 0)
     return ploop_error_os(path, "open lock file");
+  struct stat st;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: lock file is not a regular file", path);
+  }
   if (what == PLOOP_LOCK_READER) {
     if (lock_byte(fd, F_RDLCK, 1) < 0) {
       close(fd);

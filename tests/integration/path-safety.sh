@@ -195,6 +195,25 @@ for cmd in "info" "check -f" "export -o $TMP/out.raw"; do
   fi
 done
 
+echo "== the lock file and the descriptor's .tmp are never written through a symlink"
+d=$(make_case inside)
+ln -sf "$O/top.hds" "$d/DiskDescriptor.xml.lck"
+for verb in snapshot resize import check-r; do
+  args_of "$verb" "$d"
+  rc=0
+  err=$(timeout 5 $PLOOP "${A[@]}" 2>&1 >/dev/null) || rc=$?
+  if [[ $rc -eq 0 || $rc -eq 124 || $(grep -c . <<<"$err") -ne 1 ]] || ! grep -q "lock file" <<<"$err"; then
+    problem "lock symlink/$verb: rc=$rc: $err"
+  else
+    echo "  lock symlink/$verb: $err"
+  fi
+done
+rm "$d/DiskDescriptor.xml.lck"
+ln -sf "$O/top.hds" "$d/DiskDescriptor.xml.tmp"
+$PLOOP snapshot "$d" >/dev/null || problem "snapshot beside a stale .tmp symlink failed"
+[[ ! -L $d/DiskDescriptor.xml && -f $d/DiskDescriptor.xml ]] || problem "the descriptor became a symlink"
+[[ $(outside_sum) == "$OUTSIDE" ]] || problem "the lock or .tmp write went outside"
+
 echo "== a symlink inside the directory still works"
 d=$(make_case inside)
 $PLOOP check -f "$d" >/dev/null || problem "inside symlink: check failed"

@@ -67,11 +67,13 @@ static void fuse_transport(const char *json, char *out, size_t len)
   }
 }
 
-/* Fills DI for one image; raw (Plain) images have no header, only a size. */
-static int image_info(const char *path, bool plain, struct ploop_delta_info *di)
+/* Fills DI for one image; raw (Plain) images have no header, only a size.
+ * DESC NULL: PATH is a bare ploop1 delta named on the command line. */
+static int image_info(const struct ploop_descriptor *desc, const struct ploop_image_desc *img, const char *path,
+                      struct ploop_delta_info *di)
 {
   memset(di, 0, sizeof *di);
-  if (plain) {
+  if (desc && img->plain) {
     struct stat st;
     if (stat(path, &st) < 0)
       return cli_error(EXIT_NOTFOUND, "%s: %s", path, strerror(errno));
@@ -80,7 +82,8 @@ static int image_info(const char *path, bool plain, struct ploop_delta_info *di)
     di->virtual_bytes = (uint64_t)st.st_size;
     return 0;
   }
-  struct ploop_delta *d = ploop_delta_open(path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
+  unsigned f = PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY;
+  struct ploop_delta *d = desc ? ploop_descriptor_open_image(desc, img, f) : ploop_delta_open(path, f);
   if (!d)
     return cli_lib_error();
   int r = ploop_delta_get_info(d, di);
@@ -187,7 +190,7 @@ static void print_json(const struct info *in)
 static int info_delta(const char *path, struct info *in)
 {
   struct ploop_delta_info di;
-  int rc = image_info(path, false, &di);
+  int rc = image_info(NULL, NULL, path, &di);
   if (rc)
     return rc;
   in->virtual_bytes = di.virtual_bytes;
@@ -234,7 +237,7 @@ static int info_disk(struct ploop_descriptor *d, struct info *in)
     im->guid = img->guid;
     im->file = img->file;
     im->plain = img->plain;
-    int rc = image_info(path, img->plain, &im->di);
+    int rc = image_info(d, img, path, &im->di);
     free(path);
     if (rc)
       return rc;
