@@ -48,6 +48,8 @@ struct conn {
   pthread_t workers[CONN_MAX_WORKERS];
   unsigned nworkers;
   bool no_more_workers;
+  atomic_uint inflight;       /* requests read and not yet answered */
+  uint64_t mem_in_use;        /* payload buffers held, under budget.c's lock */
 };
 
 /* Whole-buffer socket I/O: 0 on success, -1 on EOF or error (errno set;
@@ -57,6 +59,15 @@ int conn_discard(struct conn *c, uint64_t len);
 /* Writes all of IOV; caller holds wlock. */
 int conn_writev(struct conn *c, struct iovec *iov, int iovcnt);
 int conn_write(struct conn *c, const void *buf, size_t len);
+
+/* ---- budget.c: payload buffers under the memory bounds ---- */
+struct payload_buf;
+/* A buffer of at least LEN (<= NBD_MAX_PAYLOAD) bytes, 4 KiB aligned, for
+ * one request of C; waits while C's or the server's bound would be passed.
+ * NULL when C is closing (or out of memory). */
+struct payload_buf *budget_acquire(struct conn *c, size_t len);
+uint8_t *budget_data(struct payload_buf *b);
+void budget_release(struct conn *c, struct payload_buf *b);
 
 /* Runs the transmission phase until the client disconnects (transmission.c). */
 void transmission(struct conn *c);

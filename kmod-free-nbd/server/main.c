@@ -89,6 +89,11 @@ static void usage(FILE *f) {
           "  -d, --daemon            run in the background once serving\n"
           "  -P, --pid-file FILE     write the server's pid to FILE\n"
           "  -t, --threads N         request threads per connection (default 16)\n"
+          "      --max-inflight-bytes SIZE  payload memory of one connection's requests\n"
+          "                          (default 64M); past it, its requests wait unread\n"
+          "      --max-total-bytes SIZE     the same for all connections (default 512M)\n"
+          "      --idle-timeout SECONDS     disconnect a client that sends no request (or\n"
+          "                          takes no reply data) for that long (default: never)\n"
           "  -r, --readonly          serve every disk read-only (no control socket)\n"
           "      --snapshot GUID     serve that snapshot of the disk read-only (implies -r)\n"
           "      --fuse MOUNTPOINT   also export the first disk as a file via FUSE\n"
@@ -273,7 +278,10 @@ static int control_command(int argc, char **argv) {
 static void noop_handler(int sig) { (void)sig; }
 
 int main(int argc, char **argv) {
-  enum { OPT_FUSE = 256, OPT_FUSE_NAME, OPT_CTL_PATH, OPT_CTL, OPT_SNAPSHOT };
+  enum {
+    OPT_FUSE = 256, OPT_FUSE_NAME, OPT_CTL_PATH, OPT_CTL, OPT_SNAPSHOT, OPT_MAX_INFLIGHT,
+    OPT_MAX_TOTAL, OPT_IDLE_TIMEOUT
+  };
   static const struct option opts[] = {
       {"unix", required_argument, NULL, 'U'},   {"port", required_argument, NULL, 'p'},
       {"bind", required_argument, NULL, 'b'},   {"stdio", no_argument, NULL, 's'},
@@ -282,10 +290,14 @@ int main(int argc, char **argv) {
       {"fuse-name", required_argument, NULL, OPT_FUSE_NAME},
       {"readonly", no_argument, NULL, 'r'},     {"snapshot", required_argument, NULL, OPT_SNAPSHOT},
       {"ctl-path", no_argument, NULL, OPT_CTL_PATH}, {"ctl", no_argument, NULL, OPT_CTL}, {"verbose", no_argument, NULL, 'v'},
+      {"max-inflight-bytes", required_argument, NULL, OPT_MAX_INFLIGHT},
+      {"max-total-bytes", required_argument, NULL, OPT_MAX_TOTAL},
+      {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
       {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
   const char *unix_path = NULL, *port = NULL, *bind_addr = NULL, *pid_file = NULL;
   bool use_stdio = false, daemon_mode = false, ctl_path = false, ctl = false;
+  uint64_t max_inflight = BUDGET_DEFAULT_PER_CONN, max_total = BUDGET_DEFAULT_TOTAL;
   int ch;
   opterr = 0; /* one line of our own instead of getopt's */
   while ((ch = getopt_long(argc, argv, "U:p:b:sdP:t:rvhV", opts, NULL)) != -1) {
@@ -320,6 +332,25 @@ int main(int argc, char **argv) {
       g_cfg.readonly = true;
       break;
     }
+    case OPT_MAX_INFLIGHT:
+      if (ploop_parse_size(optarg, &max_inflight) < 0 || max_inflight == 0)
+        die("--max-inflight-bytes: expected a size such as 64M, got '%s'", optarg);
+      break;
+    case OPT_MAX_TOTAL:
+      /* At least one largest request must fit, or it would wait forever. */
+      if (ploop_parse_size(optarg, &max_total) < 0 || max_total < NBD_MAX_PAYLOAD)
+        die("--max-total-bytes: expected a size of at least %uM, got '%s'",
+            NBD_MAX_PAYLOAD >> 20, optarg);
+      break;
+    case OPT_IDLE_TIMEOUT: {
+      char *end;
+      errno = 0;
+      long n = strtol(optarg, &end, 10);
+      if (errno || end == optarg || *end || n < 0 || n > 86400 * 365)
+        die("--idle-timeout: expected seconds (0 = never), got '%s'", optarg);
+      g_cfg.idle_timeout = (unsigned)n;
+      break;
+    }
     case 'v': g_cfg.verbose = true; break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("ploop-nbd %s\n", PLOOP_VERSION_STRING); return 0;
@@ -342,6 +373,7 @@ int main(int argc, char **argv) {
   if (optind >= argc) die("no disk given (usage: ploop-nbd [OPTIONS] [NAME=]DIR...)");
   for (int i = optind; i < argc; i++) add_disk(argv[i]);
   if (bind_addr && !port) die("--bind needs --port");
+  budget_configure(max_inflight, max_total);
   if (g_cfg.snapshot && g_cfg.ndisks > 1) die("--snapshot serves one disk; %zu given", g_cfg.ndisks);
   if (g_cfg.fuse_name && (strchr(g_cfg.fuse_name, '/') || !*g_cfg.fuse_name))
     die("--fuse-name must be a plain file name");
@@ -484,6 +516,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < nlisten; i++) close(listen_fds[i]);
   if (unix_path) unlink(unix_path);
   conns_shutdown_and_wait();
+  budget_cleanup();
   for (size_t i = 0; i < g_cfg.ndisks; i++) control_stop(&g_cfg.disks[i]);
   if (g_cfg.disks[0].fuse) ploop_fuse_export_stop(g_cfg.disks[0].fuse);
   exports_close_all();

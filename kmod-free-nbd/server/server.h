@@ -31,6 +31,11 @@
  * changed.  Offered on the live disk while tracking is on. */
 #define META_DIRTY "ploop:dirty"
 
+/* Payload memory of requests in flight (budget.c): per connection and in
+ * total; --max-inflight-bytes / --max-total-bytes. */
+#define BUDGET_DEFAULT_PER_CONN (64ull << 20)
+#define BUDGET_DEFAULT_TOTAL (512ull << 20)
+
 struct ploop_fuse_export;
 
 /* A snapshot of a served disk, opened read-only while a client uses it. */
@@ -75,6 +80,7 @@ struct server_config {
   bool readonly;          /* -r: open every disk read-only, no control socket */
   const char *snapshot;   /* --snapshot GUID: serve that state of the (one) disk */
   bool verbose;
+  unsigned idle_timeout;  /* seconds; 0 = never */
 };
 /* The process serves one set of disks: a single global keeps every part
  * (connections, control sockets, signal handling) looking at the same. */
@@ -104,6 +110,11 @@ int conn_spawn(int fd);
 /* Wakes every connection for shutdown and waits until all have finished. */
 void conns_shutdown_and_wait(void);
 unsigned conns_active(void);
+
+/* ---- budget.c -------------------------------------------------------- */
+void budget_configure(uint64_t per_conn, uint64_t total);
+/* Frees the cached buffers (at exit, once every connection is gone). */
+void budget_cleanup(void);
 
 /* ---- handshake.c ----------------------------------------------------- */
 /* Runs the fixed newstyle negotiation; 0 = enter transmission on C's export,

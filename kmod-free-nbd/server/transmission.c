@@ -2,11 +2,13 @@
  * each (under rlock), validate it in one place, run it on the disk in
  * parallel with the others, and write the whole reply under wlock. */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include "conn.h"
 #include "nbd-protocol.h"
@@ -18,10 +20,12 @@ struct request {
   uint32_t count;
 };
 
-/* A request thread's buffers, allocated once when the thread starts. */
+/* A request thread's extent arrays, allocated once when the thread starts,
+ * and the payload buffer of the request it runs (from budget.c). */
 struct worker {
   struct conn *c;
-  uint8_t *buf; /* NBD_MAX_PAYLOAD, 4 KiB aligned for O_DIRECT */
+  struct payload_buf *pb;
+  uint8_t *buf; /* pb's data: the request's size or more, 4 KiB aligned for O_DIRECT */
   struct ploop_extent *ext;
   struct nbd_block_descriptor *desc;
 };
@@ -126,8 +130,12 @@ static int send_locked(struct conn *c, struct iovec *iov, int n) {
   int r = conn_writev(c, iov, n);
   pthread_mutex_unlock(&c->wlock);
   if (r < 0) {
-    /* The client is gone: stop reading from it too. */
-    atomic_store(&c->closing, true);
+    /* The client is gone, or took nothing for the idle timeout
+     * (SO_SNDTIMEO): stop reading from it too. */
+    bool timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
+    if (!atomic_exchange(&c->closing, true) && timed_out)
+      nbd_log("%s: client took no reply data for %u s: disconnecting", c->exp.de->name,
+              g_cfg.idle_timeout);
     shutdown(c->rfd, SHUT_RDWR);
   }
   return r;
@@ -414,7 +422,6 @@ static int execute(struct worker *w, const struct request *r, uint64_t cookie) {
 
 static void worker_free(struct worker *w) {
   if (!w) return;
-  free(w->buf);
   free(w->ext);
   free(w->desc);
   free(w);
@@ -424,10 +431,9 @@ static struct worker *worker_alloc(struct conn *c) {
   struct worker *w = calloc(1, sizeof *w);
   if (!w) return NULL;
   w->c = c;
-  if (posix_memalign((void **)&w->buf, 4096, NBD_MAX_PAYLOAD) != 0) w->buf = NULL;
   w->ext = calloc(NBD_MAX_EXTENTS, sizeof *w->ext);
   w->desc = calloc(3 * NBD_MAX_EXTENTS, sizeof *w->desc);
-  if (!w->buf || !w->ext || !w->desc) {
+  if (!w->ext || !w->desc) {
     worker_free(w);
     return NULL;
   }
@@ -443,6 +449,24 @@ static void set_reader(struct conn *c, bool on) {
   pthread_mutex_unlock(&c->wk_lock);
 }
 
+/* With --idle-timeout, waits until the client sends something; a client
+ * that sent nothing for that long while owed no reply is disconnected.
+ * 0 = readable, -1 = end the connection. */
+static int wait_readable(struct conn *c) {
+  const unsigned t = g_cfg.idle_timeout;
+  if (t == 0) return 0;
+  for (;;) {
+    struct pollfd p = {.fd = c->rfd, .events = POLLIN};
+    int r = poll(&p, 1, (int)(t > INT32_MAX / 1000 ? INT32_MAX : t * 1000));
+    if (r > 0) return 0;
+    if (r < 0 && (errno != EINTR || atomic_load(&c->closing))) return -1;
+    if (r == 0 && atomic_load(&c->inflight) == 0) {
+      nbd_log("%s: client sent no request for %u s: disconnecting", c->exp.de->name, t);
+      return -1;
+    }
+  }
+}
+
 /* Makes N bytes available in the read buffer (caller holds rlock). */
 static int rb_need(struct conn *c, size_t n) {
   if (c->rb.len - c->rb.pos >= n) return 0;
@@ -452,6 +476,10 @@ static int rb_need(struct conn *c, size_t n) {
   int rc = 0;
   set_reader(c, true);
   while (c->rb.len < n) {
+    if (wait_readable(c) < 0) {
+      rc = -1;
+      break;
+    }
     ssize_t r = read(c->rfd, c->rb.p + c->rb.len, READ_BUF - c->rb.len);
     if (r > 0) {
       c->rb.len += (size_t)r;
@@ -475,6 +503,9 @@ static int rb_take(struct conn *c, uint8_t *dst, uint64_t n) {
   set_reader(c, true);
   int rc = dst ? conn_read(c, dst + have, (size_t)n) : conn_discard(c, n);
   set_reader(c, false);
+  if (rc < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    nbd_log("%s: client sent no data for %u s in the middle of a request: disconnecting",
+            c->exp.de->name, g_cfg.idle_timeout);
   return rc;
 }
 
@@ -499,6 +530,17 @@ static int read_request(struct conn *c, struct worker *w, struct request *r, uin
   }
   if (r->type == NBD_CMD_DISC) return -1; /* no reply; in-flight requests finish */
   *err = validate_request(c, r, ploop_disk_size(c->exp.disk));
+  if (*err == 0 && (r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE)) {
+    /* Waits here, holding rlock, while the bounds are reached: the
+     * connection's next requests stay unread until replies drain. */
+    w->pb = budget_acquire(c, r->count);
+    if (!w->pb) {
+      if (atomic_load(&c->closing)) return -1;
+      *err = NBD_ENOMEM;
+    } else {
+      w->buf = budget_data(w->pb);
+    }
+  }
   /* A write's payload follows its header whatever we think of it. */
   if (r->type == NBD_CMD_WRITE) return rb_take(c, *err ? NULL : w->buf, r->count);
   return 0;
@@ -540,6 +582,7 @@ static void worker_loop(struct conn *c) {
       pthread_mutex_unlock(&c->rlock);
       break;
     }
+    atomic_fetch_add(&c->inflight, 1);
     pthread_mutex_unlock(&c->rlock);
     maybe_spawn(c);
     if (err) {
@@ -549,7 +592,12 @@ static void worker_loop(struct conn *c) {
     } else {
       execute(w, &r, r.cookie);
     }
+    budget_release(c, w->pb);
+    w->pb = NULL;
+    w->buf = NULL;
+    atomic_fetch_sub(&c->inflight, 1);
   }
+  budget_release(c, w->pb);
   worker_free(w);
 }
 
@@ -567,6 +615,15 @@ static void *worker_thread(void *arg) {
 }
 
 void transmission(struct conn *c) {
+  if (g_cfg.idle_timeout > 0) {
+    /* A reply the client takes nothing of for that long ends it too (a
+     * stuck reader must not hold its payload memory forever), and so does
+     * a request whose payload stops coming.  Pipes (-s) refuse the
+     * options; there is one trusted client there. */
+    struct timeval tv = {.tv_sec = (time_t)g_cfg.idle_timeout};
+    setsockopt(c->wfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    setsockopt(c->rfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv); /* mid-request stalls */
+  }
   c->rb.p = malloc(READ_BUF);
   c->rb.pos = c->rb.len = 0;
   if (c->rb.p) worker_loop(c);
