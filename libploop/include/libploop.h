@@ -316,8 +316,14 @@ struct ploop_send_opts {
   ploop_progress_fn progress;
   void *opaque;
 };
-/* Writes exactly one stream of the disk's state to FD (a file, pipe or
- * socket; short writes and EINTR handled) and never closes FD. Sending a
+/* Both ends handle short reads and writes, EINTR and non-blocking fds. On
+ * a socket, writes use MSG_NOSIGNAL (a vanished peer is an EPIPE error, not
+ * a SIGPIPE; on a pipe the caller ignores SIGPIPE itself), and a blocking
+ * socket's SO_RCVTIMEO / SO_SNDTIMEO running out ends the transfer with
+ * ETIMEDOUT: the caller's way to bound a stalled peer.
+ *
+ * Writes exactly one stream of the disk's state to FD (a file, pipe or
+ * socket) and never closes FD. Sending a
  * snapshot (GUID given) takes only the shared reader lock, so it works
  * while the disk is served read-write (ploop-nbd). "Changed after SINCE" =
  * the clusters the deltas above SINCE up to the sent state hold. O may be

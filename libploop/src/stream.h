@@ -33,7 +33,7 @@ struct stream_frame {
 struct stream_fd {
   int fd;
   uint64_t bytes;
-  uint64_t frames; /* frames read or written, for "frame N" in errors */
+  bool not_socket; /* writes: sendmsg said ENOTSOCK once */
 };
 
 void stream_header_encode(const struct stream_header *h, struct ploop_stream_header *raw);

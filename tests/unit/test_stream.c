@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #define CL (64u << 10)
 #define DISK_SIZE (4u << 20)
@@ -355,4 +357,37 @@ Test(stream, send_refuses_since_that_is_not_below)
   cr_assert_eq(ploop_send(test_dir, &o, fd, NULL), -1);
   cr_assert_eq(lseek(fd, 0, SEEK_CUR), 0, "a refused send wrote bytes");
   close(fd);
+}
+
+Test(stream, a_stalled_socket_times_out_and_leaves_nothing)
+{
+  char s[4][PLOOP_UUID_LEN + 1];
+  make_chain(s);
+  struct ploop_send_opts o = {.guid = s[1]};
+  struct blob b = send_mem(&o, NULL);
+  int sv[2];
+  cr_assert(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  struct timeval tv = {.tv_usec = 200000};
+  cr_assert(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
+  cr_assert(write(sv[1], b.p, 96 + 48 + 100) == 96 + 48 + 100); /* then the sender stalls */
+  cr_assert_eq(ploop_receive(tpath("dst"), NULL, sv[0], NULL, NULL), -1);
+  cr_assert_eq(ploop_get_errno(), ETIMEDOUT, "%s", ploop_get_error());
+  cr_assert(!file_exists(tpath("dst")));
+  close(sv[0]);
+  close(sv[1]);
+  free(b.p);
+}
+
+Test(stream, send_to_a_closed_socket_is_an_error_not_a_signal)
+{
+  char s[4][PLOOP_UUID_LEN + 1];
+  make_chain(s);
+  signal(SIGPIPE, SIG_DFL);
+  int sv[2];
+  cr_assert(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  close(sv[1]);
+  struct ploop_send_opts o = {.guid = s[1]};
+  cr_assert_eq(ploop_send(test_dir, &o, sv[0], NULL), -1);
+  cr_assert_eq(ploop_get_errno(), EPIPE, "%s", ploop_get_error());
+  close(sv[0]);
 }
