@@ -67,12 +67,13 @@ static struct ploop_delta *cur_delta(struct receiver *r)
   return r->layers[r->n_layers - 1].d;
 }
 
-/* Waits for at least one write; publishes the clusters that are done. */
-static int reap(struct receiver *r)
+/* Submits the writes started, collects the finished ones (waiting for at
+ * least one when WAIT) and publishes their clusters. */
+static int collect(struct receiver *r, bool wait)
 {
   unsigned fin[RECV_MAX_DEPTH];
   bool failed[RECV_MAX_DEPTH];
-  int got = aio_reap(&r->aio, fin, failed);
+  int got = wait ? aio_reap(&r->aio, fin, failed) : aio_poll(&r->aio, fin, failed);
   if (got < 0)
     return -1;
   int rc = 0;
@@ -90,7 +91,7 @@ static int reap(struct receiver *r)
 static int drain(struct receiver *r)
 {
   int rc = 0, got;
-  while ((got = reap(r)) != 0)
+  while ((got = collect(r, true)) != 0)
     if (got < 0)
       rc = -1;
   return rc;
@@ -102,7 +103,7 @@ static int free_slot(struct receiver *r)
     for (unsigned s = 0; s < r->depth; s++)
       if (!r->slot[s].busy)
         return (int)s;
-    if (reap(r) < 0)
+    if (collect(r, true) < 0)
       return -1;
   }
 }
@@ -131,7 +132,8 @@ static int start_write(struct receiver *r, unsigned s, uint64_t vc, const uint8_
   }
   w->busy = true;
   aio_start(&r->aio, s, d->fd, d->path, (void *)buf, r->cb, w->off, 1);
-  return 0;
+  /* Out at once: the disk works while the next frames arrive. */
+  return collect(r, false) < 0 ? -1 : 0;
 }
 
 static int mark_seen(struct receiver *r, uint64_t vc)
