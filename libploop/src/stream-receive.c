@@ -5,6 +5,7 @@
  * nothing the disk's descriptor names has changed, so a failure only has
  * to remove the new files. */
 #include <dirent.h>
+#include <libgen.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -35,7 +36,9 @@ struct wslot {
 
 struct receiver {
   char dir[PATH_MAX];
-  bool full, made_dir, made_lock;
+  bool full, made_lock;
+  bool staging;            /* full: R->dir is a hidden directory renamed to final_dir at the end */
+  char final_dir[PATH_MAX];
   int lock;
   struct stream_fd in;
   struct stream_header h;
@@ -387,10 +390,16 @@ static int dir_is_empty(const char *dir)
   return empty;
 }
 
+/* A full receive builds the disk in a hidden directory beside DIR
+ * (".NAME.receive-XXXXXX") and renames it to DIR at the end (rename(2)
+ * replaces an empty directory), so even a receive killed half-way leaves
+ * DIR as it was. Where DIR is an empty mount point (another file system)
+ * the disk is built in DIR itself. */
 static int prepare_full(struct receiver *r, const char *dir)
 {
-  struct stat sb;
-  if (stat(dir, &sb) == 0) {
+  struct stat sb, pb;
+  bool exists = stat(dir, &sb) == 0;
+  if (exists) {
     if (!S_ISDIR(sb.st_mode))
       return ploop_error(PLOOP_ERR_PARAM, ENOTDIR, "%s: not a directory", dir);
     int e = dir_is_empty(dir);
@@ -401,19 +410,54 @@ static int prepare_full(struct receiver *r, const char *dir)
                                  dir);
   } else if (errno != ENOENT) {
     return ploop_error_os(dir, "stat");
-  } else if (mkdir(dir, 0755) < 0) {
-    return ploop_error_os(dir, "create directory");
-  } else {
-    r->made_dir = true;
   }
-  if (!realpath(dir, r->dir))
-    return ploop_error_os(dir, "resolve");
+  char *c1 = ploop_strdup(dir), *c2 = ploop_strdup(dir);
+  if (!c1 || !c2) {
+    free(c1);
+    free(c2);
+    return -1;
+  }
+  char parent[PATH_MAX], name[NAME_MAX + 1];
+  bool ok = realpath(dirname(c1), parent) != NULL;
+  snprintf(name, sizeof name, "%s", basename(c2));
+  free(c1);
+  free(c2);
+  if (!ok)
+    return ploop_error_os(dir, "resolve the parent directory");
+  if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, "/"))
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: name the new disk's directory", dir);
+  if ((size_t)snprintf(r->final_dir, sizeof r->final_dir, "%s/%s", parent, name) >= sizeof r->final_dir)
+    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: path too long", dir);
+  if (!exists || (stat(parent, &pb) == 0 && pb.st_dev == sb.st_dev)) {
+    if ((size_t)snprintf(r->dir, sizeof r->dir, "%s/.%.200s.receive-XXXXXX", parent, name) >= sizeof r->dir)
+      return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: path too long", dir);
+    if (!mkdtemp(r->dir))
+      return ploop_error_os(r->dir, "create directory");
+    chmod(r->dir, 0755);
+    r->staging = true;
+  } else {
+    snprintf(r->dir, sizeof r->dir, "%s", r->final_dir);
+  }
   r->lock = ploop_lock_disk(r->dir, PLOOP_LOCK_WRITER);
   if (r->lock < 0)
     return -1;
   r->made_lock = true;
   snprintf(r->base_file, sizeof r->base_file, "%s", PLOOP_DEFAULT_IMAGE_NAME);
   return 0;
+}
+
+/* The staged disk becomes DIR. */
+static int publish(struct receiver *r)
+{
+  if (!r->staging)
+    return 0;
+  if (rename(r->dir, r->final_dir) < 0)
+    return ploop_error(errno == ENOTEMPTY || errno == EEXIST ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, errno,
+                       "%s: %s", r->final_dir,
+                       errno == ENOTEMPTY || errno == EEXIST ? "filled by someone else meanwhile" : strerror(errno));
+  r->staging = false;
+  snprintf(r->dir, sizeof r->dir, "%s", r->final_dir);
+  return ploop_fsync_parent(r->final_dir);
 }
 
 static int prepare_incremental(struct receiver *r, const char *dir)
@@ -508,7 +552,7 @@ static int commit(struct receiver *r)
     goto out;
   }
   ploop_fault_point("receive-synced");
-  if (descriptor_commit_tmp(d, tfd, true) < 0)
+  if (descriptor_commit_tmp(d, tfd, true) < 0 || publish(r) < 0)
     goto out;
   rc = 0;
   /* The replaced top was empty; it is no longer named by the descriptor. */
@@ -521,8 +565,8 @@ out:
   return rc;
 }
 
-/* Nothing of a failed receive stays: the new files go, and a directory
- * this call made. The disk's descriptor was never changed. */
+/* Nothing of a failed receive stays: the new files go, and the staging
+ * directory of a full receive. The disk's descriptor was never changed. */
 static void undo(struct receiver *r)
 {
   for (unsigned i = 0; i < r->n_layers; i++) {
@@ -535,13 +579,18 @@ static void undo(struct receiver *r)
   if (r->made_top)
     unlink(r->top_path);
   if (r->full && r->made_lock) {
-    char p[PATH_MAX + 64];
-    snprintf(p, sizeof p, "%s/%s.lck", r->dir, PLOOP_DESCRIPTOR_NAME);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/%s.tmp", r->dir, PLOOP_DESCRIPTOR_NAME);
-    unlink(p);
+    static const char *const ours[] = {PLOOP_DESCRIPTOR_NAME ".lck", PLOOP_DESCRIPTOR_NAME ".tmp",
+                                       PLOOP_DESCRIPTOR_NAME};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
+      /* The descriptor itself only in the staging directory: in DIR it would be someone else's. */
+      if (i == 2 && !r->staging)
+        break;
+      char p[PATH_MAX + 64];
+      snprintf(p, sizeof p, "%s/%s", r->dir, ours[i]);
+      unlink(p);
+    }
   }
-  if (r->made_dir)
+  if (r->staging)
     rmdir(r->dir);
 }
 

@@ -129,6 +129,19 @@ done
 head -c $((n - 100)) "$full" >"$TMP/cut.stream"
 expect_fail $PLOOP receive "$TMP/bad2" <"$TMP/cut.stream" | grep -q "truncated" || fail "truncated: wrong message"
 [[ ! -e $TMP/bad2 ]] || fail "a truncated full stream left its directory"
+# A receive killed half-way (SIGKILL: no cleanup runs) leaves no DIR either:
+# a full receive builds in a hidden directory beside it, renamed at the end.
+mkfifo "$TMP/fifo"
+$PLOOP receive "$TMP/killed" <"$TMP/fifo" 2>/dev/null &
+KPID=$!
+exec 3>"$TMP/fifo"
+head -c $((n / 2)) "$full" >&3
+for _ in $(seq 100); do compgen -G "$TMP/.killed.receive-*/root.hds" >/dev/null && break; sleep 0.05; done
+compgen -G "$TMP/.killed.receive-*/root.hds" >/dev/null || fail "the killed receive never started writing"
+kill -9 $KPID
+wait $KPID 2>/dev/null || true
+exec 3>&-
+[[ ! -e $TMP/killed ]] || fail "a killed full receive left $TMP/killed"
 # Incremental: the copy stays exactly as it was.
 $PLOOP send -u "${S[1]}" "$D" 2>/dev/null | $PLOOP receive "$TMP/inc" 2>/dev/null
 before=$(digest "$TMP/inc")

@@ -85,6 +85,18 @@ static void assert_same_view(const char *dir_a, const char *guid_a, const char *
   OK(ploop_disk_close(b));
 }
 
+/* Hidden ".NAME.receive-XXXXXX" directories of full receives in test_dir. */
+static int staging_dirs(void)
+{
+  DIR *d = opendir(test_dir);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)))
+    n += e->d_name[0] == '.' && strstr(e->d_name, ".receive-") != NULL;
+  closedir(d);
+  return n;
+}
+
 /* Names, sizes and bytes of every file in DIR, hashed: "unchanged" for a directory. */
 static uint64_t dir_digest(const char *dir)
 {
@@ -141,6 +153,7 @@ Test(stream, full_round_trip_through_a_pipe)
   cr_assert_str_eq(st.guid, s[2]);
   OK(recv_blob(tpath("dst"), b, got));
   cr_assert_str_eq(got, s[2]);
+  cr_assert_eq(staging_dirs(), 0);
   assert_same_view(test_dir, s[2], tpath("dst"), s[2]);
   assert_same_view(test_dir, s[2], tpath("dst"), NULL); /* the new top is empty */
   char msg[1024];
@@ -242,8 +255,10 @@ static void expect_refused(const char *dir, struct blob b, uint64_t digest, cons
   cr_assert(strstr(ploop_get_error(), "stream"), "%s: error: %s", what, ploop_get_error());
   cr_assert_eq(ploop_get_status(), PLOOP_ERR_CORRUPT, "%s: status %d (%s)", what, ploop_get_status(),
                ploop_get_error());
-  if (!digest)
+  if (!digest) {
     cr_assert(!file_exists(dir), "%s: %s left behind", what, dir);
+    cr_assert_eq(staging_dirs(), 0, "%s: a staging directory left behind", what);
+  }
   else
     cr_assert_eq(dir_digest(dir), digest, "%s: %s changed", what, dir);
 }
