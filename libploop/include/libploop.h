@@ -336,8 +336,10 @@ struct ploop_receive_opts {
 };
 /* Reads exactly one stream from FD, never past its end frame (other data
  * may follow on FD), verifying every checksum as frames arrive.
- * A full stream creates the disk in DIR (absent or empty): the sent state
- * becomes a snapshot with the sent GUID, a new empty top above it. An
+ * A full stream creates the disk in DIR (absent or empty; built in a hidden
+ * ".NAME.receive-XXXXXX" beside it and renamed to DIR at the end, so even a
+ * killed receive leaves DIR as it was): the sent state becomes a snapshot
+ * with the sent GUID, a new empty top above it. An
  * incremental stream applies to a DIR whose newest snapshot is the
  * stream's base with an empty top above it; the sent state becomes the
  * next snapshot. On any error a full receive removes what it made and an
