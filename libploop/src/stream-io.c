@@ -56,8 +56,8 @@ int stream_header_decode(const struct ploop_stream_header *raw, struct stream_he
   memset(h, 0, sizeof *h);
   h->version = le32toh(raw->version);
   if (h->version != PLOOP_STREAM_VERSION)
-    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: version %u is not supported (this is %u)", h->version,
-                       PLOOP_STREAM_VERSION);
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: version %u is not supported (this is %u)",
+                       h->version, PLOOP_STREAM_VERSION);
   if (le64toh(raw->checksum) != stream_hash(raw, offsetof(struct ploop_stream_header, checksum)))
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: checksum mismatch");
   if (le32toh(raw->header_bytes) != sizeof *raw)
@@ -103,8 +103,8 @@ void stream_frame_encode(struct stream_frame *f, struct ploop_stream_frame *raw)
 
 #define BAD(...) ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: " __VA_ARGS__)
 
-int stream_frame_decode(const struct ploop_stream_frame *raw, const struct stream_header *h, uint64_t frame_no,
-                        struct stream_frame *f)
+int stream_frame_decode(const struct ploop_stream_frame *raw, const struct stream_header *h,
+                        uint64_t frame_no, struct stream_frame *f)
 {
   unsigned long long n = frame_no;
   if (le32toh(raw->magic) != PLOOP_FRAME_MAGIC)

@@ -37,14 +37,14 @@ struct wslot {
 struct receiver {
   char dir[PATH_MAX];
   bool full, made_lock;
-  bool staging;            /* full: R->dir is a hidden directory renamed to final_dir at the end */
+  bool staging; /* full: R->dir is a hidden directory renamed to final_dir at the end */
   char final_dir[PATH_MAX];
   int lock;
   struct stream_fd in;
   struct stream_header h;
   uint64_t cb, clusters;
-  struct ploop_descriptor *desc; /* incremental: the disk's, loaded under the lock */
-  char old_top[PATH_MAX];        /* incremental: the empty top replaced at the end */
+  struct ploop_descriptor *desc;                     /* incremental: the disk's, loaded under the lock */
+  char old_top[PATH_MAX];                            /* incremental: the empty top replaced at the end */
   char base_file[NAME_MAX + 1 - PLOOP_UUID_LEN - 1]; /* new deltas: "<base_file>.{uuid}" */
   struct layer layers[PLOOP_MAX_DELTAS];
   unsigned n_layers;
@@ -190,7 +190,8 @@ static int open_layer(struct receiver *r, const char *guid, const char *parent, 
 {
   const char *want = r->n_layers ? r->layers[r->n_layers - 1].guid : r->h.base_guid;
   if (strcmp(parent, want))
-    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: snapshot %s has parent %s, expected %s",
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
+                       "stream: frame %llu: snapshot %s has parent %s, expected %s",
                        (unsigned long long)frame, guid, parent, want);
   if (!strcmp(guid, PLOOP_NULL_GUID) || !strcmp(guid, PLOOP_TOP_GUID))
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: reserved snapshot GUID %s",
@@ -322,11 +323,13 @@ static int read_frames(struct receiver *r)
     struct stream_frame f;
     char what[64];
     snprintf(what, sizeof what, "frame %llu", (unsigned long long)r->frames);
-    if (stream_read_full(&r->in, &raw, sizeof raw, what) < 0 || stream_frame_decode(&raw, &r->h, r->frames, &f) < 0)
+    if (stream_read_full(&r->in, &raw, sizeof raw, what) < 0 ||
+        stream_frame_decode(&raw, &r->h, r->frames, &f) < 0)
       return -1;
     unsigned long long n = r->frames;
     if (f.type != PLOOP_FRAME_SNAPSHOT && f.type != PLOOP_FRAME_END && !r->n_layers)
-      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: data before the first snapshot frame", n);
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
+                         "stream: frame %llu: data before the first snapshot frame", n);
     if ((f.type == PLOOP_FRAME_DATA || f.type == PLOOP_FRAME_ZERO) && r->round_closed)
       return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: data after the end of its round", n);
     switch (f.type) {
@@ -345,7 +348,8 @@ static int read_frames(struct receiver *r)
       if (stream_hash(&shot, sizeof shot) != f.payload_hash)
         return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: payload checksum mismatch", n);
       if (r->n_layers && !r->round_closed)
-        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: snapshot before the end of a round", n);
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
+                           "stream: frame %llu: snapshot before the end of a round", n);
       char g[PLOOP_UUID_LEN + 1], p[PLOOP_UUID_LEN + 1];
       stream_guid_from_wire(shot.guid, g);
       stream_guid_from_wire(shot.parent, p);
@@ -368,8 +372,8 @@ static int read_frames(struct receiver *r)
       if (f.arg != r->frames || f.length != r->data_frames)
         return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: end frame counts disagree", n);
       if (strcmp(r->layers[r->n_layers - 1].guid, r->h.guid))
-        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: last snapshot is not the stream's %s",
-                           n, r->h.guid);
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
+                           "stream: frame %llu: last snapshot is not the stream's %s", n, r->h.guid);
       return 0;
     }
     round_add(r, &f);
@@ -405,9 +409,10 @@ static int prepare_full(struct receiver *r, const char *dir)
     int e = dir_is_empty(dir);
     if (e <= 0)
       return e < 0 ? -1
-                   : ploop_error(PLOOP_ERR_PARAM, ENOTEMPTY,
-                                 "%s: not empty; a full stream makes a new disk (an incremental one needs --since)",
-                                 dir);
+                   : ploop_error(
+                         PLOOP_ERR_PARAM, ENOTEMPTY,
+                         "%s: not empty; a full stream makes a new disk (an incremental one needs --since)",
+                         dir);
   } else if (errno != ENOENT) {
     return ploop_error_os(dir, "stat");
   }
@@ -452,9 +457,9 @@ static int publish(struct receiver *r)
   if (!r->staging)
     return 0;
   if (rename(r->dir, r->final_dir) < 0)
-    return ploop_error(errno == ENOTEMPTY || errno == EEXIST ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, errno,
-                       "%s: %s", r->final_dir,
-                       errno == ENOTEMPTY || errno == EEXIST ? "filled by someone else meanwhile" : strerror(errno));
+    return ploop_error(
+        errno == ENOTEMPTY || errno == EEXIST ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, errno, "%s: %s", r->final_dir,
+        errno == ENOTEMPTY || errno == EEXIST ? "filled by someone else meanwhile" : strerror(errno));
   r->staging = false;
   snprintf(r->dir, sizeof r->dir, "%s", r->final_dir);
   return ploop_fsync_parent(r->final_dir);
@@ -467,8 +472,8 @@ static int prepare_incremental(struct receiver *r, const char *dir)
   snprintf(xml, sizeof xml, "%s/%s", dir, PLOOP_DESCRIPTOR_NAME);
   if (stat(dir, &sb) < 0 || (S_ISDIR(sb.st_mode) && access(xml, F_OK) < 0))
     return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT,
-                       "%s: no disk here; an incremental stream applies to a copy that holds snapshot %s", dir,
-                       r->h.base_guid);
+                       "%s: no disk here; an incremental stream applies to a copy that holds snapshot %s",
+                       dir, r->h.base_guid);
   r->desc = descriptor_load_locked(dir, &r->lock, PLOOP_LOCK_WRITER);
   if (!r->desc)
     return -1;
@@ -485,8 +490,8 @@ static int prepare_incremental(struct receiver *r, const char *dir)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL,
                        "%s: snapshot %s is not the newest, cannot apply an incremental stream", d->dir, base);
   if ((uint64_t)d->cluster_sectors * 512 != r->h.cluster_bytes)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: cluster size %u bytes differs from the stream's %u", d->dir,
-                       d->cluster_sectors * 512, r->h.cluster_bytes);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: cluster size %u bytes differs from the stream's %u",
+                       d->dir, d->cluster_sectors * 512, r->h.cluster_bytes);
   /* The top must be empty: anything written since the snapshot would be
    * lost, or mixed with the stream's clusters. */
   struct ploop_delta *t = delta_open_image(d, tim, PLOOP_OPEN_RDONLY);
@@ -495,8 +500,8 @@ static int prepare_incremental(struct receiver *r, const char *dir)
   uint64_t held = delta_count_allocated(t);
   delta_close(t, false);
   if (held)
-    return ploop_error(PLOOP_ERR_PARAM, EBUSY, "%s: changed since snapshot %s, cannot apply an incremental stream",
-                       d->dir, base);
+    return ploop_error(PLOOP_ERR_PARAM, EBUSY,
+                       "%s: changed since snapshot %s, cannot apply an incremental stream", d->dir, base);
   char *p = ploop_descriptor_image_path(d, tim);
   if (!p)
     return -1;
@@ -507,7 +512,8 @@ static int prepare_incremental(struct receiver *r, const char *dir)
     return -1;
   const char *bf = d->images[idx[0]].file;
   if (strlen(bf) >= sizeof r->base_file)
-    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: base image name %s too long for new deltas", d->dir, bf);
+    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: base image name %s too long for new deltas",
+                       d->dir, bf);
   memcpy(r->base_file, bf, strlen(bf) + 1);
   return 0;
 }
@@ -616,7 +622,8 @@ int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, s
   }
   int rc = -1;
   struct ploop_stream_header raw;
-  if (stream_read_full(&r->in, &raw, sizeof raw, "the stream header") < 0 || stream_header_decode(&raw, &r->h) < 0)
+  if (stream_read_full(&r->in, &raw, sizeof raw, "the stream header") < 0 ||
+      stream_header_decode(&raw, &r->h) < 0)
     goto out;
   r->cb = r->h.cluster_bytes;
   r->clusters = div_round_up(r->h.virtual_bytes, r->cb);

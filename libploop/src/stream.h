@@ -42,8 +42,8 @@ int stream_header_decode(const struct ploop_stream_header *raw, struct stream_he
 /* Fills F->checksum. */
 void stream_frame_encode(struct stream_frame *f, struct ploop_stream_frame *raw);
 /* Checks magic and checksum, and the fields against header H. FRAME_NO is for messages. */
-int stream_frame_decode(const struct ploop_stream_frame *raw, const struct stream_header *h, uint64_t frame_no,
-                        struct stream_frame *f);
+int stream_frame_decode(const struct ploop_stream_frame *raw, const struct stream_header *h,
+                        uint64_t frame_no, struct stream_frame *f);
 
 /* 16 wire bytes <-> braced text. */
 void stream_guid_to_wire(const char *text, uint8_t out[16]);

@@ -149,7 +149,8 @@ Test(stream, full_round_trip_through_a_pipe)
   struct ploop_stream_stats st;
   struct blob b = send_mem(&o, &st);
   cr_assert_eq(st.bytes, b.len);
-  cr_assert_eq(st.clusters, 11, "%llu data frames", (unsigned long long)st.clusters); /* 0-9 but 5, 20 and 40; 5 is zero: a hole */
+  cr_assert_eq(st.clusters, 11, "%llu data frames",
+               (unsigned long long)st.clusters); /* 0-9 but 5, 20 and 40; 5 is zero: a hole */
   cr_assert_str_eq(st.guid, s[2]);
   OK(recv_blob(tpath("dst"), b, got));
   cr_assert_str_eq(got, s[2]);
@@ -258,8 +259,7 @@ static void expect_refused(const char *dir, struct blob b, uint64_t digest, cons
   if (!digest) {
     cr_assert(!file_exists(dir), "%s: %s left behind", what, dir);
     cr_assert_eq(staging_dirs(), 0, "%s: a staging directory left behind", what);
-  }
-  else
+  } else
     cr_assert_eq(dir_digest(dir), digest, "%s: %s changed", what, dir);
 }
 
@@ -268,9 +268,10 @@ static void expect_refused(const char *dir, struct blob b, uint64_t digest, cons
 static void damage_all(const char *dir, struct blob b, uint64_t digest)
 {
   size_t fh = 96, pl = 96 + 48, round = b.len - 96, end = b.len - 48;
-  size_t at[] = {0, 8, 12, 16, 24, 28, 40, 56, 66, 80, 90, fh, fh + 4, fh + 6, fh + 9, fh + 17, fh + 25,
-                 fh + 29, fh + 33, fh + 44, pl, pl + 777, pl + CL - 1, round + 9, round + 17, end + 4,
-                 end + 9, end + 17, end + 47};
+  size_t at[] = {0,          8,       12,      16,       24,      28,       40,          56,
+                 66,         80,      90,      fh,       fh + 4,  fh + 6,   fh + 9,      fh + 17,
+                 fh + 25,    fh + 29, fh + 33, fh + 44,  pl,      pl + 777, pl + CL - 1, round + 9,
+                 round + 17, end + 4, end + 9, end + 17, end + 47};
   uint8_t *c = malloc(b.len);
   for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
     memcpy(c, b.p, b.len);
