@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #define CL (64u << 10)
 #define DISK_SIZE (4u << 20)
@@ -83,6 +85,18 @@ static void assert_same_view(const char *dir_a, const char *guid_a, const char *
   OK(ploop_disk_close(b));
 }
 
+/* Hidden ".NAME.receive-XXXXXX" directories of full receives in test_dir. */
+static int staging_dirs(void)
+{
+  DIR *d = opendir(test_dir);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)))
+    n += e->d_name[0] == '.' && strstr(e->d_name, ".receive-") != NULL;
+  closedir(d);
+  return n;
+}
+
 /* Names, sizes and bytes of every file in DIR, hashed: "unchanged" for a directory. */
 static uint64_t dir_digest(const char *dir)
 {
@@ -135,10 +149,12 @@ Test(stream, full_round_trip_through_a_pipe)
   struct ploop_stream_stats st;
   struct blob b = send_mem(&o, &st);
   cr_assert_eq(st.bytes, b.len);
-  cr_assert_eq(st.clusters, 11, "%llu data frames", (unsigned long long)st.clusters); /* 0-9 but 5, 20 and 40; 5 is zero: a hole */
+  cr_assert_eq(st.clusters, 11, "%llu data frames",
+               (unsigned long long)st.clusters); /* 0-9 but 5, 20 and 40; 5 is zero: a hole */
   cr_assert_str_eq(st.guid, s[2]);
   OK(recv_blob(tpath("dst"), b, got));
   cr_assert_str_eq(got, s[2]);
+  cr_assert_eq(staging_dirs(), 0);
   assert_same_view(test_dir, s[2], tpath("dst"), s[2]);
   assert_same_view(test_dir, s[2], tpath("dst"), NULL); /* the new top is empty */
   char msg[1024];
@@ -240,9 +256,10 @@ static void expect_refused(const char *dir, struct blob b, uint64_t digest, cons
   cr_assert(strstr(ploop_get_error(), "stream"), "%s: error: %s", what, ploop_get_error());
   cr_assert_eq(ploop_get_status(), PLOOP_ERR_CORRUPT, "%s: status %d (%s)", what, ploop_get_status(),
                ploop_get_error());
-  if (!digest)
+  if (!digest) {
     cr_assert(!file_exists(dir), "%s: %s left behind", what, dir);
-  else
+    cr_assert_eq(staging_dirs(), 0, "%s: a staging directory left behind", what);
+  } else
     cr_assert_eq(dir_digest(dir), digest, "%s: %s changed", what, dir);
 }
 
@@ -251,9 +268,10 @@ static void expect_refused(const char *dir, struct blob b, uint64_t digest, cons
 static void damage_all(const char *dir, struct blob b, uint64_t digest)
 {
   size_t fh = 96, pl = 96 + 48, round = b.len - 96, end = b.len - 48;
-  size_t at[] = {0, 8, 12, 16, 24, 28, 40, 56, 66, 80, 90, fh, fh + 4, fh + 6, fh + 9, fh + 17, fh + 25,
-                 fh + 29, fh + 33, fh + 44, pl, pl + 777, pl + CL - 1, round + 9, round + 17, end + 4,
-                 end + 9, end + 17, end + 47};
+  size_t at[] = {0,          8,       12,      16,       24,      28,       40,          56,
+                 66,         80,      90,      fh,       fh + 4,  fh + 6,   fh + 9,      fh + 17,
+                 fh + 25,    fh + 29, fh + 33, fh + 44,  pl,      pl + 777, pl + CL - 1, round + 9,
+                 round + 17, end + 4, end + 9, end + 17, end + 47};
   uint8_t *c = malloc(b.len);
   for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
     memcpy(c, b.p, b.len);
@@ -355,4 +373,37 @@ Test(stream, send_refuses_since_that_is_not_below)
   cr_assert_eq(ploop_send(test_dir, &o, fd, NULL), -1);
   cr_assert_eq(lseek(fd, 0, SEEK_CUR), 0, "a refused send wrote bytes");
   close(fd);
+}
+
+Test(stream, a_stalled_socket_times_out_and_leaves_nothing)
+{
+  char s[4][PLOOP_UUID_LEN + 1];
+  make_chain(s);
+  struct ploop_send_opts o = {.guid = s[1]};
+  struct blob b = send_mem(&o, NULL);
+  int sv[2];
+  cr_assert(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  struct timeval tv = {.tv_usec = 200000};
+  cr_assert(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
+  cr_assert(write(sv[1], b.p, 96 + 48 + 100) == 96 + 48 + 100); /* then the sender stalls */
+  cr_assert_eq(ploop_receive(tpath("dst"), NULL, sv[0], NULL, NULL), -1);
+  cr_assert_eq(ploop_get_errno(), ETIMEDOUT, "%s", ploop_get_error());
+  cr_assert(!file_exists(tpath("dst")));
+  close(sv[0]);
+  close(sv[1]);
+  free(b.p);
+}
+
+Test(stream, send_to_a_closed_socket_is_an_error_not_a_signal)
+{
+  char s[4][PLOOP_UUID_LEN + 1];
+  make_chain(s);
+  signal(SIGPIPE, SIG_DFL);
+  int sv[2];
+  cr_assert(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  close(sv[1]);
+  struct ploop_send_opts o = {.guid = s[1]};
+  cr_assert_eq(ploop_send(test_dir, &o, sv[0], NULL), -1);
+  cr_assert_eq(ploop_get_errno(), EPIPE, "%s", ploop_get_error());
+  close(sv[0]);
 }
