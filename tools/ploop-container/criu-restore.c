@@ -86,12 +86,17 @@ static int open_stdio(const char *name, const struct criu_meta *m, struct stdio_
  * criu-root in a mount namespace of the child's own, which goes away with
  * it (the restored tree gets a copy of it, pivoted into the bind). */
 static void criu_child(char *const *argv, const char *mnt, const char *criu_root,
-                       const struct stdio_fds *s, const sigset_t *mask)
+                       const char *dev, const char *shm, const struct stdio_fds *s,
+                       const sigset_t *mask)
 {
   criu_child_setup();
   if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
       mount(mnt, criu_root, NULL, MS_BIND | MS_REC, NULL) < 0) {
     fprintf(stderr, "ploop-container: restore: bind %s on %s: %s\n", mnt, criu_root, strerror(errno));
+    _exit(126);
+  }
+  if ((dev && criu_make_dev(dev) < 0) || (shm && criu_make_shm(shm) < 0)) {
+    fprintf(stderr, "ploop-container: restore: %s\n", ct_error());
     _exit(126);
   }
   for (int i = 0; i < 4; i++)
@@ -112,8 +117,14 @@ static int run_criu_restore(const char *name, const char *criu_bin, const char *
   cleanup_free char *mnt = ct_path(name, "rootfs");
   cleanup_free char *criu_root = ct_path(name, "criu-root");
   cleanup_free char *pidfile = ct_path(name, "criu.pid");
-  if (mkdir(criu_root, 0700) < 0 && errno != EEXIST)
-    return ct_fail(errno, "mkdir %s", criu_root);
+  cleanup_free char *dev = m->ext_dev ? ct_path(name, "criu-dev") : NULL;
+  cleanup_free char *shm = m->ext_shm ? ct_path(name, "criu-shm") : NULL;
+  const char *dirs[] = {criu_root, dev, shm};
+  for (int i = 0; i < 3; i++)
+    if (dirs[i] && mkdir(dirs[i], 0700) < 0 && errno != EEXIST)
+      return ct_fail(errno, "mkdir %s", dirs[i]);
+  cleanup_free char *ext_dev = dev ? xasprintf("mnt[%s]:%s", CRIU_DEV_KEY, dev) : NULL;
+  cleanup_free char *ext_shm = shm ? xasprintf("mnt[%s]:%s", CRIU_SHM_KEY, shm) : NULL;
   unlink(pidfile);
   struct stdio_fds s;
   if (open_stdio(name, m, &s) < 0) {
@@ -160,6 +171,13 @@ static int run_criu_restore(const char *name, const char *criu_bin, const char *
   }
   argv[n++] = "--file-locks";
   argv[n++] = "--tcp-established";
+  char *exts[] = {ext_dev, ext_shm};
+  for (int i = 0; i < 2; i++) {
+    if (!exts[i])
+      continue;
+    argv[n++] = "--external";
+    argv[n++] = exts[i];
+  }
   for (int i = 0; i < 4; i++) {
     if (s.fd[i] < 0)
       continue;
@@ -169,7 +187,7 @@ static int run_criu_restore(const char *name, const char *criu_bin, const char *
   argv[n] = NULL;
   pid_t pid = fork();
   if (pid == 0)
-    criu_child(argv, mnt, criu_root, &s, mask);
+    criu_child(argv, mnt, criu_root, dev, shm, &s, mask);
   int saved = errno;
   for (int i = 0; i < 4; i++)
     if (s.fd[i] >= 0)

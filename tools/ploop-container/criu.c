@@ -342,8 +342,9 @@ int criu_meta_save(const char *dir, const struct criu_meta *m)
   char buf[2048];
   int n = snprintf(buf, sizeof buf,
                    "ploop-container-checkpoint=1\nmemory=%" PRIu64 "\nswap=%" PRIu64 "\npids=%" PRIu64
-                   "\nnet=%s\n",
-                   m->memory, m->swap, m->pids, m->net_host ? "host" : "none");
+                   "\nnet=%s\ndev=%s\nshm=%s\n",
+                   m->memory, m->swap, m->pids, m->net_host ? "host" : "none",
+                   m->ext_dev ? "external" : "images", m->ext_shm ? "external" : "images");
   for (int i = 0; i < m->nstdio; i++)
     n += snprintf(buf + n, sizeof buf - (size_t)n, "stdio=%s %s\n", m->stdio[i].key,
                   m->stdio[i].output ? "console" : "null");
@@ -369,6 +370,10 @@ int criu_meta_load(const char *dir, struct criu_meta *m)
       continue;
     if (strcmp(line, "net=host") == 0) {
       m->net_host = true;
+    } else if (strcmp(line, "dev=external") == 0) {
+      m->ext_dev = true;
+    } else if (strcmp(line, "shm=external") == 0) {
+      m->ext_shm = true;
     } else if (sscanf(line, "stdio=%63s %15s", key, role) == 2) {
       if (m->nstdio == 3 || (strcmp(role, "console") != 0 && strcmp(role, "null") != 0) ||
           (strncmp(key, "file[", 5) != 0 && strncmp(key, "pipe:[", 6) != 0))
@@ -404,6 +409,100 @@ static int wait_monitor_done(const char *name, pid_t monitor)
   return ct_fail(0, "monitor (pid %d) did not finish cleaning up", (int)monitor);
 }
 
+/* What CRIU cannot reopen itself, looked at while the container is frozen. */
+static int describe(const struct ct_state *st, struct criu_meta *m, uint64_t *netns_ino)
+{
+  char netns[64];
+  snprintf(netns, sizeof netns, "/proc/%d/ns/net", (int)st->init_pid);
+  struct stat a, b;
+  if (stat(netns, &a) < 0 || stat("/proc/self/ns/net", &b) < 0)
+    return ct_fail(errno, "stat %s", netns);
+  *netns_ino = a.st_ino;
+  m->net_host = a.st_ino == b.st_ino;
+  m->ext_dev = criu_dev_is_default(st->init_pid);
+  m->ext_shm = criu_shm_is_empty(st->init_pid);
+  return stdio_externals(st->init_pid, m);
+}
+
+static int criu_dump(const char *criu_bin, const char *dir, const struct ct_state *st,
+                     const struct ct_cgroup *cg, const struct criu_meta *m, uint64_t netns_ino,
+                     bool leave_running, uint64_t *cpu)
+{
+  char pid[16];
+  snprintf(pid, sizeof pid, "%d", (int)st->init_pid);
+  char *argv[48];
+  int n = 0;
+  argv[n++] = (char *)criu_bin;
+  argv[n++] = "dump";
+  argv[n++] = "--tree";
+  argv[n++] = pid;
+  argv[n++] = "--images-dir";
+  argv[n++] = (char *)dir;
+  argv[n++] = "--log-file";
+  argv[n++] = "dump.log";
+  if (getenv("PLOOP_CONTAINER_CRIU_VERBOSE"))
+    argv[n++] = "-v4";
+  /* The cgroup freezer stops the whole tree at once; CRIU leaves it as it
+   * found it (frozen). */
+  argv[n++] = "--freeze-cgroup";
+  argv[n++] = cg->mode == CG_UNIFIED ? cg->unified : cg->freezer;
+  argv[n++] = "--manage-cgroups";
+  /* Only the hierarchies the container has groups in: the others hold it
+   * in their root, and CRIU would record every busy group below that
+   * root, other containers' included, and fail to restore them. */
+  if (cg->mode != CG_UNIFIED) {
+    static char *ctl[] = {"memory", "pids", "freezer"};
+    for (int i = 0; i < 3; i++) {
+      argv[n++] = "--cgroup-dump-controller";
+      argv[n++] = ctl[i];
+    }
+  }
+  if (cg->unified) {
+    argv[n++] = "--cgroup-dump-controller";
+    argv[n++] = "unified";
+  }
+  argv[n++] = "--file-locks";
+  argv[n++] = "--tcp-established";
+  /* Nothing outside can reach a netns with only lo: no iptables lock needed. */
+  argv[n++] = "--network-lock";
+  argv[n++] = "skip";
+  if (leave_running)
+    argv[n++] = "--leave-running";
+  /* A netns with only lo holds nothing worth CRIU's ip/iptables runs (a
+   * third of a restore): restore hands it a fresh one with lo up. */
+  char netext[64];
+  if (!m->net_host) {
+    snprintf(netext, sizeof netext, "net[%" PRIu64 "]:%s", netns_ino, CRIU_NET_KEY);
+    argv[n++] = "--external";
+    argv[n++] = netext;
+  }
+  if (m->ext_dev) {
+    argv[n++] = "--external";
+    argv[n++] = "mnt[/dev]:" CRIU_DEV_KEY;
+  }
+  if (m->ext_shm) {
+    argv[n++] = "--external";
+    argv[n++] = "mnt[/dev/shm]:" CRIU_SHM_KEY;
+  }
+  char ext[3][64];
+  for (int i = 0; i < m->nstdio; i++) {
+    if (!m->stdio[i].is_file)
+      continue;  /* pipes are dumped as such and replaced by --inherit-fd */
+    snprintf(ext[i], sizeof ext[i], "%s", m->stdio[i].key);
+    argv[n++] = "--external";
+    argv[n++] = ext[i];
+  }
+  argv[n] = NULL;
+  int rc = criu_run(argv, NULL, 0, cpu);
+  if (rc > 0) {
+    char line[512];
+    cleanup_free char *log = xasprintf("%s/dump.log", dir);
+    criu_log_error(log, line, sizeof line);
+    return ct_fail(0, "criu dump failed: %s (log: %s)", line[0] ? line : "no error logged", log);
+  }
+  return rc;
+}
+
 int ct_checkpoint(const char *name, const char *criu_bin, const char *images_dir,
                   bool leave_running, struct ct_criu_times *times)
 {
@@ -424,103 +523,34 @@ int ct_checkpoint(const char *name, const char *criu_bin, const char *images_dir
   cleanup_free char *dir = realpath(images_dir, NULL);
   if (!dir)
     return ct_fail(errno, "checkpoint %s: %s", name, images_dir);
-
-  struct criu_meta m = {.memory = st.memory, .swap = st.swap, .pids = st.pids};
-  char netns[64];
-  snprintf(netns, sizeof netns, "/proc/%d/ns/net", (int)st.init_pid);
-  struct stat a, b;
-  m.net_host = stat(netns, &a) == 0 && stat("/proc/self/ns/net", &b) == 0 && a.st_ino == b.st_ino;
-  if (stdio_externals(st.init_pid, &m) < 0 || criu_meta_save(dir, &m) < 0)
-    return ct_wrap("checkpoint %s", name);
-
   struct ct_cgroup cg;
   if (cg_init(&cg, name) < 0)
     return -1;
-  char pid[16];
-  snprintf(pid, sizeof pid, "%d", (int)st.init_pid);
-  const char *freezer = cg.mode == CG_UNIFIED ? cg.unified : cg.freezer;
-  char *argv[32];
-  cleanup_free char *ext[3] = {NULL, NULL, NULL};
-  int n = 0;
-  argv[n++] = (char *)criu_bin;
-  argv[n++] = "dump";
-  argv[n++] = "--tree";
-  argv[n++] = pid;
-  argv[n++] = "--images-dir";
-  argv[n++] = dir;
-  argv[n++] = "--log-file";
-  argv[n++] = "dump.log";
-  if (getenv("PLOOP_CONTAINER_CRIU_VERBOSE"))
-    argv[n++] = "-v4";
-  /* The cgroup freezer stops the whole tree at once, and a container that
-   * migrate froze already stays frozen. */
-  argv[n++] = "--freeze-cgroup";
-  argv[n++] = (char *)freezer;
-  argv[n++] = "--manage-cgroups";
-  /* Only the hierarchies the container has groups in: the others hold it
-   * in their root, and CRIU would record every busy group below that
-   * root, other containers' included, and fail to restore them. */
-  if (cg.mode != CG_UNIFIED) {
-    static char *ctl[] = {"memory", "pids", "freezer"};
-    for (int i = 0; i < 3; i++) {
-      argv[n++] = "--cgroup-dump-controller";
-      argv[n++] = ctl[i];
-    }
-  }
-  if (cg.unified) {
-    argv[n++] = "--cgroup-dump-controller";
-    argv[n++] = "unified";
-  }
-  argv[n++] = "--file-locks";
-  argv[n++] = "--tcp-established";
-  /* Nothing outside can reach a netns with only lo: no iptables lock needed. */
-  argv[n++] = "--network-lock";
-  argv[n++] = "skip";
-  if (leave_running)
-    argv[n++] = "--leave-running";
-  /* A netns with only lo holds nothing worth CRIU's ip/iptables runs (a
-   * third of a restore): restore hands it a fresh one with lo up. */
-  char netext[64];
-  if (!m.net_host) {
-    snprintf(netext, sizeof netext, "net[%" PRIu64 "]:%s", (uint64_t)a.st_ino, CRIU_NET_KEY);
-    argv[n++] = "--external";
-    argv[n++] = netext;
-  }
-  for (int i = 0; i < m.nstdio; i++) {
-    if (!m.stdio[i].is_file)
-      continue;  /* pipes are dumped as such and replaced by --inherit-fd */
-    ext[i] = xasprintf("%s", m.stdio[i].key);
-    argv[n++] = "--external";
-    argv[n++] = ext[i];
-  }
-  argv[n] = NULL;
-  uint64_t t1 = now_ns();
-  /* Frozen by us first: CRIU polls the freezer in 100 ms steps, ours in 1 ms. */
+  /* Frozen by us first: CRIU polls the freezer in 100 ms steps, ours in
+   * 1 ms; and what describe() sees stays true until the dump. */
   bool was_frozen = false;
   if (cg_is_frozen(&cg, &was_frozen) < 0 || (!was_frozen && cg_freeze(&cg, true) < 0)) {
     cg_free(&cg);
     return ct_wrap("checkpoint %s", name);
   }
-  uint64_t cpu = 0;
-  int rc = criu_run(argv, NULL, 0, &cpu);
+  uint64_t t1 = now_ns(), cpu = 0, netns_ino = 0;
+  struct criu_meta m = {.memory = st.memory, .swap = st.swap, .pids = st.pids};
+  int rc = describe(&st, &m, &netns_ino);
+  if (rc == 0)
+    rc = criu_meta_save(dir, &m);
+  if (rc == 0)
+    rc = criu_dump(criu_bin, dir, &st, &cg, &m, netns_ino, leave_running, &cpu);
   uint64_t t2 = now_ns();
-  if (!leave_running && rc == 0) {
+  if (rc == 0 && !leave_running) {
     /* Processes that CRIU killed die only once thawed; the monitor may
      * have removed the cgroup already. */
     cg_freeze(&cg, false);
   } else if (!was_frozen && cg_freeze(&cg, false) < 0 && rc == 0) {
-    cg_free(&cg);
-    return ct_wrap("checkpoint %s: thaw", name);
+    rc = ct_wrap("thaw");
   }
   cg_free(&cg);
-  if (rc != 0) {
-    char line[512];
-    cleanup_free char *log = xasprintf("%s/dump.log", dir);
-    criu_log_error(log, line, sizeof line);
-    if (rc > 0)
-      ct_fail(0, "checkpoint %s: criu dump failed: %s (log: %s)", name, line[0] ? line : "no error logged", log);
-    return -1;
-  }
+  if (rc != 0)
+    return ct_wrap("checkpoint %s", name);
   if (!leave_running && wait_monitor_done(name, st.monitor_pid) < 0)
     return ct_wrap("checkpoint %s", name);
   if (times) {
