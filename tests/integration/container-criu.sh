@@ -4,7 +4,8 @@
 # records to its own disk is checkpointed (processes end, nothing left on the
 # host), restored, and goes on: same pids inside, counter continuing with no
 # restart, an in-memory token intact, limits back, output still in
-# console.log. Also --leave-running on a frozen container, and the refusals.
+# console.log. Also --leave-running on a frozen container, a post-copy
+# (--lazy-pages) restore, and the refusals.
 source "$(dirname "$0")/functions.sh"
 source "$(dirname "$0")/container-lib.bash"
 
@@ -101,6 +102,18 @@ ct thaw c
 n=$(ct exec c -- sh -c 'wc -l < /data/log')
 sleep 0.5
 [[ $(ct exec c -- sh -c 'wc -l < /data/log') -gt $n ]] || fail "container does not run after --leave-running"
+
+# Post-copy: the processes run before their memory is back, the lazy-pages
+# daemon fills it; the verb returns once it is all there.
+ct checkpoint c "$TMP/img4"
+ct restore c "$TMP/img4" --lazy-pages
+[[ $(ct list | awk '$1 == "c" {print $2}') == running ]] || fail "not running after a lazy restore"
+[[ -z $(find "$TMP/img4" -name lazy-pages.pid) ]] || fail "lazy-pages daemon not done when restore returned"
+ct exec c -- rm -f /data/token.now
+sleep 0.5
+[[ $(ct exec c -- cat /data/token.now) == "$token" ]] || fail "in-memory token lost in a lazy restore"
+ct exec c -- cat /data/log > "$TMP/log"
+err=$(check_log "$((before + 10))" "$TMP/log") || fail "records after a lazy restore: $err"
 
 ct stop c --timeout 1
 assert_no_leaks c

@@ -26,6 +26,7 @@ struct criu_meta {
 #define CRIU_NET_KEY "ploop-container-net"
 #define CRIU_DEV_KEY "ploop-container-dev"
 #define CRIU_SHM_KEY "ploop-container-shm"
+#define CRIU_LAZY_PID "lazy-pages.pid"
 /* Stands in for /run where /run is not a tmpfs (criu_child_setup). */
 #define CRIU_RUNDIR "/dev/shm/ploop-container-criu"
 

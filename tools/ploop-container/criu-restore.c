@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <sched.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,9 +111,64 @@ static void criu_child(char *const *argv, const char *mnt, const char *criu_root
   _exit(127);
 }
 
+/* Post-copy: the processes run as soon as their state is back and their
+ * memory comes from the images on first touch (userfaultfd) or in the
+ * background. The daemon is double-forked so init reaps it when done. */
+static int start_lazy_pages(const char *criu_bin, const char *dir, const sigset_t *mask)
+{
+  cleanup_free char *sock = xasprintf("%s/lazy-pages.socket", dir);
+  cleanup_free char *pidfile = xasprintf("%s/%s", dir, CRIU_LAZY_PID);
+  unlink(sock);
+  unlink(pidfile);
+  pid_t pid = fork();
+  if (pid < 0)
+    return ct_fail(errno, "fork");
+  if (pid == 0) {
+    if (fork() != 0)
+      _exit(0);
+    setsid();
+    char me[16];
+    snprintf(me, sizeof me, "%d", (int)getpid());
+    if (write_file_atomic(pidfile, me, strlen(me), false) < 0)
+      _exit(126);
+    char *argv[] = {(char *)criu_bin, "lazy-pages", "--images-dir", (char *)dir, "--log-file", "lazy-pages.log",
+                    getenv("PLOOP_CONTAINER_CRIU_VERBOSE") ? "-v4" : NULL, NULL};
+    int null = open("/dev/null", O_RDWR);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+      _exit(126);
+    criu_child_setup();
+    sigprocmask(SIG_SETMASK, mask, NULL);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  waitpid(pid, NULL, 0);
+  /* The daemon listens on the socket once it has read the images. */
+  for (int i = 0; i < 2000 && access(sock, F_OK) < 0; i++) {
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (access(sock, F_OK) < 0)
+    return ct_fail(0, "criu lazy-pages did not start (log: %s/lazy-pages.log)", dir);
+  return 0;
+}
+
+/* A restore that failed leaves the daemon waiting for it. */
+static void stop_lazy_pages(const char *dir)
+{
+  cleanup_free char *pidfile = xasprintf("%s/%s", dir, CRIU_LAZY_PID);
+  char buf[16], cmd[4096], path[64];
+  if (read_file(pidfile, buf, sizeof buf) < 0)
+    return;
+  snprintf(path, sizeof path, "/proc/%d/cmdline", atoi(buf));
+  ssize_t n = read_file(path, cmd, sizeof cmd);
+  if (n > 0 && memmem(cmd, (size_t)n, "lazy-pages", 10))
+    kill(atoi(buf), SIGKILL);
+  unlink(pidfile);
+}
+
 static int run_criu_restore(const char *name, const char *criu_bin, const char *dir,
                             const struct criu_meta *m, const struct ct_cgroup *cg,
-                            const sigset_t *mask, pid_t *init, uint64_t *cpu_ns)
+                            const sigset_t *mask, bool lazy, pid_t *init, uint64_t *cpu_ns)
 {
   cleanup_free char *mnt = ct_path(name, "rootfs");
   cleanup_free char *criu_root = ct_path(name, "criu-root");
@@ -184,6 +240,11 @@ static int run_criu_restore(const char *name, const char *criu_bin, const char *
     argv[n++] = "--inherit-fd";
     argv[n++] = s.arg[i];
   }
+  if (lazy) {
+    argv[n++] = "--lazy-pages";
+    if (start_lazy_pages(criu_bin, dir, mask) < 0)
+      return -1;
+  }
   argv[n] = NULL;
   pid_t pid = fork();
   if (pid == 0)
@@ -202,6 +263,8 @@ static int run_criu_restore(const char *name, const char *criu_bin, const char *
   *cpu_ns = criu_cpu_ns(&ru);
   cleanup_free char *log = xasprintf("%s/restore.log", dir);
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    if (lazy)
+      stop_lazy_pages(dir);
     char line[512];
     criu_log_error(log, line, sizeof line);
     if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
@@ -222,7 +285,7 @@ static int run_criu_restore(const char *name, const char *criu_bin, const char *
 /* The monitor of a restored container. Returns its exit status, or -1
  * (with the error sent on READY_FD) when the restore failed. */
 static int restore_monitor(const char *name, const char *criu_bin, const char *dir,
-                           const struct criu_meta *m, int ready_fd)
+                           const struct criu_meta *m, bool lazy, int ready_fd)
 {
   cleanup_free char *diskdir = ct_path(name, "disk");
   cleanup_free char *mnt = ct_path(name, "rootfs");
@@ -251,7 +314,7 @@ static int restore_monitor(const char *name, const char *criu_bin, const char *d
   uint64_t t0 = now_ns();
   pid_t init = -1;
   uint64_t cpu = 0;
-  if (run_criu_restore(name, criu_bin, dir, m, &cg, &old, &init, &cpu) < 0)
+  if (run_criu_restore(name, criu_bin, dir, m, &cg, &old, lazy, &init, &cpu) < 0)
     goto fail;
   char msg[64];
   snprintf(msg, sizeof msg, "t%" PRIu64 " %" PRIu64 "\n", now_ns() - t0, cpu);
@@ -284,7 +347,7 @@ fail:
   return -1;
 }
 
-int ct_restore(const char *name, const char *criu_bin, const char *images_dir,
+int ct_restore(const char *name, const char *criu_bin, const char *images_dir, bool lazy_pages,
                struct ct_criu_times *times)
 {
   uint64_t t0 = now_ns();
@@ -318,7 +381,7 @@ int ct_restore(const char *name, const char *criu_bin, const char *images_dir,
       _exit(1);
     close(in);
     close(out);
-    int rc = restore_monitor(name, criu_bin, dir, &m, pfd[1]);
+    int rc = restore_monitor(name, criu_bin, dir, &m, lazy_pages, pfd[1]);
     _exit(rc < 0 ? 1 : rc);
   }
   close(pfd[1]);
@@ -353,4 +416,25 @@ int ct_restore(const char *name, const char *criu_bin, const char *images_dir,
     times->total_ns = now_ns() - t0;
   }
   return 0;
+}
+
+int ct_restore_lazy_wait(const char *images_dir, unsigned timeout_ms)
+{
+  cleanup_free char *pidfile = xasprintf("%s/%s", images_dir, CRIU_LAZY_PID);
+  char buf[16];
+  if (access(pidfile, F_OK) < 0 || read_file(pidfile, buf, sizeof buf) < 0)
+    return 0;  /* not a lazy restore */
+  char cmdline[64];
+  snprintf(cmdline, sizeof cmdline, "/proc/%d/cmdline", atoi(buf));
+  for (unsigned i = 0; i < timeout_ms; i++) {
+    char cmd[4096];
+    ssize_t n = read_file(cmdline, cmd, sizeof cmd);
+    if (n < 0 || !memmem(cmd, (size_t)n, "lazy-pages", 10)) {
+      unlink(pidfile);
+      return 0;
+    }
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return ct_fail(0, "criu lazy-pages (pid %s) still copying memory after %u ms", buf, timeout_ms);
 }

@@ -22,7 +22,7 @@ static const char usage[] =
     "  umount NAME [DIR]\n"
     "  destroy NAME\n"
     "  checkpoint NAME DIR [--criu PATH] [--leave-running]   processes to CRIU images in DIR\n"
-    "  restore NAME DIR [--criu PATH]      run the checkpoint in DIR again (detached)\n"
+    "  restore NAME DIR [--criu PATH] [--lazy-pages]   run the checkpoint in DIR again (detached)\n"
     "exit codes: the container's status for run/exec; else 0 ok, 1 failure, 2 bad usage,\n"
     "3 no such container, 4 container busy or running\n";
 
