@@ -92,6 +92,13 @@ err=$(expect_fail ct checkpoint c "$TMP/img2" --criu "$TMP/oldcriu")
 err=$(expect_fail ct checkpoint c "$TMP/img2" --criu "$TMP/nonexistent")
 [[ $err == *"--criu $TMP/nonexistent"* ]] || fail "missing CRIU: $err"
 [[ $(ct list | awk '$1 == "c" {print $2}') == running ]] || fail "refused checkpoints disturbed the container"
+# --userns containers are refused before CRIU runs, and go on.
+ct start d --userns -- /bin/sh -c 'while :; do sleep 1; done'
+wait_running d
+err=$(expect_fail ct checkpoint d "$TMP/img5")
+[[ $err == *"--userns"*"not supported"* ]] || fail "userns checkpoint: $err"
+[[ $(ct list | awk '$1 == "d" {print $2}') == running ]] || fail "refused userns checkpoint disturbed the container"
+ct stop d --timeout 0
 
 # --leave-running on a frozen container (as migrate does): it stays frozen,
 # then thaws and goes on.
