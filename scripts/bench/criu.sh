@@ -34,7 +34,7 @@ for _ in $(seq 300); do
   "$CT" --root "$R" exec bench -- cat /tmp/held >/dev/null 2>&1 && break
   sleep 0.1
 done
-rss=$("$CT" --root "$R" exec bench -- sh -c 'cat /proc/[0-9]*/status' | awk '/^VmRSS/ && $2 > m {m = $2} END {printf "%d MiB", m / 1024}')
+rss=$("$CT" --root "$R" exec bench -- sh -c 'cat /proc/[0-9]*/status 2>/dev/null; true' | awk '/^VmRSS/ && $2 > m {m = $2} END {printf "%d MiB", m / 1024}')
 
 field() { sed -n "s/.* $1=\([0-9.]*\)ms.*/\1/p" <<<"$2"; }
 dump=() dcpu=() dtot=() rest=() rtot=() lazy=() ltot=()
