@@ -21,6 +21,8 @@ static const char usage[] =
     "  mount NAME [--snapshot ID DIR]      keep the disk mounted / mount a snapshot read-only\n"
     "  umount NAME [DIR]\n"
     "  destroy NAME\n"
+    "  checkpoint NAME DIR [--criu PATH] [--leave-running]   processes to CRIU images in DIR\n"
+    "  restore NAME DIR [--criu PATH] [--lazy-pages]   run the checkpoint in DIR again (detached)\n"
     "exit codes: the container's status for run/exec; else 0 ok, 1 failure, 2 bad usage,\n"
     "3 no such container, 4 container busy or running\n";
 
@@ -32,6 +34,7 @@ static const struct {
     {"exec", verb_exec},     {"stop", verb_stop},     {"list", verb_list},
     {"freeze", verb_freeze}, {"thaw", verb_freeze},   {"snapshot", verb_snapshot},
     {"mount", verb_mount},   {"umount", verb_mount},  {"destroy", verb_destroy},
+    {"checkpoint", verb_criu}, {"restore", verb_criu},
 };
 
 int main(int argc, char **argv)
