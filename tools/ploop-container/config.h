@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "resources.h"
+
 #define CT_DEFAULT_ROOT "/var/lib/ploop-container"
 #define CT_NAME_MAX 64
 
@@ -33,6 +35,7 @@ struct ct_run_opts {
   enum ct_net net;
   bool userns;
   bool detach;
+  struct ct_res res;  /* CPU, cpuset and I/O limits */
 };
 
 /* Written by the monitor after launch, removed when it has cleaned up. */
@@ -69,5 +72,11 @@ int ct_lock(const char *name);
 
 /* Validates and parses the shared run/start limits (--memory, --swap, --pids). */
 int ct_run_opts_check(struct ct_run_opts *o);
+
+/* Keys other modules keep in ROOT/NAME/FILE ("config", "state"): read one
+ * (1 found, 0 absent, -1 error); set several "key=value" ("key=" removes),
+ * keeping every other line. ct_config_save keeps them too. */
+int ct_kv_get(const char *name, const char *file, const char *key, char *val, size_t len);
+int ct_kv_set(const char *name, const char *file, const char *const *kv, size_t n, bool durable);
 
 #endif

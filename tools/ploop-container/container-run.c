@@ -123,6 +123,8 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   if (cg_init(&cg, name) < 0 || cg_create(&cg, o->memory, o->swap, o->pids) < 0)
     goto fail;
   cg_made = true;
+  if (cg_res_apply(&cg, &o->res, st_mnt.st_dev) < 0)
+    goto fail;
   phase("cgroup");
   struct ct_launch l = {
       .rootfs = mnt, .argv = argv, .hostname = o->hostname[0] ? o->hostname : name,
@@ -136,7 +138,7 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   struct ct_state st = {.monitor_pid = getpid(), .init_pid = p.pid,
                         .init_start = process_start_time(p.pid), .userns = o->userns,
                         .kept_mounted = kept, .memory = o->memory, .swap = o->swap, .pids = o->pids};
-  if (ct_state_save(name, &st) < 0) {
+  if (ct_state_save(name, &st) < 0 || ct_res_save(name, "state", &o->res, false) < 0) {
     kill(p.pid, SIGKILL);
     waitpid(p.pid, NULL, 0);
     goto fail;

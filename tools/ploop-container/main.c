@@ -21,6 +21,9 @@ static const char usage[] =
     "  mount NAME [--snapshot ID DIR]      keep the disk mounted / mount a snapshot read-only\n"
     "  umount NAME [DIR]\n"
     "  destroy NAME\n"
+    "  update NAME [--memory M] [--swap S] [--pids N] [limits]  live, and saved for later runs\n"
+    "limits (run, start, update): --cpus N.N  --cpu-weight 1-10000  --cpuset LIST\n"
+    "  --io-weight 1-10000  --io-limit read|write BPS|Niops (on the container's disk)\n"
     "exit codes: the container's status for run/exec; else 0 ok, 1 failure, 2 bad usage,\n"
     "3 no such container, 4 container busy or running\n";
 
@@ -32,6 +35,7 @@ static const struct {
     {"exec", verb_exec},     {"stop", verb_stop},     {"list", verb_list},
     {"freeze", verb_freeze}, {"thaw", verb_freeze},   {"snapshot", verb_snapshot},
     {"mount", verb_mount},   {"umount", verb_mount},  {"destroy", verb_destroy},
+    {"update", verb_update},
 };
 
 int main(int argc, char **argv)

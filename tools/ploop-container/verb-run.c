@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -19,12 +20,33 @@ static int usage_error(void)
   return -1;
 }
 
+/* --memory/--swap on the command line win over the limits `update` saved. */
+static bool memory_given;
+
+/* What `update` saved in the config is the default of every run. */
+static int saved_limits(const char *name, struct ct_run_opts *o)
+{
+  struct ct_res saved;
+  if (ct_res_load(name, "config", &saved) < 0)
+    return -1;
+  ct_res_merge(&saved, &o->res);
+  o->res = saved;
+  char v[32];
+  if (!memory_given && ct_kv_get(name, "config", "memory", v, sizeof v) > 0) {
+    o->memory = strtoull(v, NULL, 10);
+    if (ct_kv_get(name, "config", "swap", v, sizeof v) > 0)
+      o->swap = strtoull(v, NULL, 10);
+  }
+  return ct_run_opts_check(o);
+}
+
 static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
 {
   static const struct option opts[] = {
       {"memory", required_argument, NULL, 'm'}, {"swap", required_argument, NULL, 's'},
       {"pids", required_argument, NULL, 'p'},   {"hostname", required_argument, NULL, 'H'},
       {"net", required_argument, NULL, 'n'},    {"userns", no_argument, NULL, 'u'},
+      CT_RES_LONGOPTS,
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->pids = 1024;  /* fork bombs stop here unless asked otherwise */
@@ -65,11 +87,17 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
     case 'u':
       o->userns = true;
       break;
-    default:
-      return ct_usage("%s: bad option '%s' (see --help)", argv[0], argv[optind - 1]);
+    default: {
+      int r = ct_res_opt(c, optarg, argc, argv, &o->res);
+      if (r < 0)
+        return -1;
+      if (r == 0)
+        return ct_usage("%s: bad option '%s' (see --help)", argv[0], argv[optind - 1]);
+    }
     }
   }
-  return ct_run_opts_check(o);
+  memory_given = o->memory || o->swap_set;
+  return 0;
 }
 
 static int start_detached(const char *name, int lock, const struct ct_run_opts *o, char **cmd)
@@ -116,7 +144,7 @@ int verb_run(int argc, char **argv)
   const char *name = argv[optind];
   static char *default_cmd[] = {"/bin/sh", NULL};
   char **cmd = optind + 1 < argc ? &argv[optind + 1] : default_cmd;
-  if (ct_require(name) < 0)
+  if (ct_require(name) < 0 || saved_limits(name, &o) < 0)
     return -1;
   cleanup_close int lock = ct_lock(name);
   if (lock < 0)

@@ -12,5 +12,6 @@ int verb_freeze(int argc, char **argv); /* freeze and thaw */
 int verb_snapshot(int argc, char **argv);
 int verb_mount(int argc, char **argv);  /* mount and umount */
 int verb_destroy(int argc, char **argv);
+int verb_update(int argc, char **argv);
 
 #endif
