@@ -9,6 +9,7 @@ pkgs=(
   libcriterion-dev libfuse3-dev fuse3 libnbd-dev liburing-dev
   qemu-utils libnbd-bin nbdkit fio e2fsprogs xfsprogs util-linux
   busybox-static runc bubblewrap iproute2 python3 kmod
+  libseccomp-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -250,6 +250,17 @@ static int cg_mkdir(const char *dir)
   for (int i = 0; i < 10; i++) {
     if (mkdir(dir, 0755) == 0)
       return 0;
+    if (errno == EEXIST) {
+      /* A group left behind with no task in it (a cleanup that raced with
+       * the kernel, a crash between two rmdirs): remove it and start clean,
+       * so no limit of an earlier run survives. One in use is refused. */
+      char procs[16] = "";
+      cleanup_free char *p = cg_file(dir, "cgroup.procs");
+      if (read_file(p, procs, sizeof procs) == 0 && rmdir(dir) == 0)
+        continue;
+      errno = EEXIST;
+      break;
+    }
     if (errno != ENOENT)
       break;
     if (mkdir(parent, 0755) < 0 && errno != EEXIST)

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "resources.h"
+#include "security.h"
 
 #define CT_DEFAULT_ROOT "/var/lib/ploop-container"
 #define CT_NAME_MAX 64
@@ -36,6 +37,7 @@ struct ct_run_opts {
   bool userns;
   bool detach;
   struct ct_res res;  /* CPU, cpuset and I/O limits */
+  struct ct_sec sec;  /* capabilities, seccomp, read-only root */
 };
 
 /* Written by the monitor after launch, removed when it has cleaned up. */

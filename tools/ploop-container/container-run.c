@@ -129,7 +129,9 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   struct ct_launch l = {
       .rootfs = mnt, .argv = argv, .hostname = o->hostname[0] ? o->hostname : name,
       .net = o->net, .userns = o->userns, .tty = !o->detach && isatty(0) && isatty(1), .cg = &cg,
+      .sec = o->sec,
   };
+  l.sec.userns = o->userns;
   struct ct_process p;
   if (ct_launch(&l, &p) < 0) {
     exec_failed = p.exec_failed;
@@ -138,7 +140,8 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   struct ct_state st = {.monitor_pid = getpid(), .init_pid = p.pid,
                         .init_start = process_start_time(p.pid), .userns = o->userns,
                         .kept_mounted = kept, .memory = o->memory, .swap = o->swap, .pids = o->pids};
-  if (ct_state_save(name, &st) < 0 || ct_res_save(name, "state", &o->res, false) < 0) {
+  if (ct_state_save(name, &st) < 0 || ct_res_save(name, "state", &o->res, false) < 0 ||
+      ct_sec_save(name, "state", &l.sec) < 0) {
     kill(p.pid, SIGKILL);
     waitpid(p.pid, NULL, 0);
     goto fail;
@@ -270,8 +273,9 @@ int container_exec(const char *name, char *const *argv)
       return ct_fail(saved, "open %s", p);
     }
   }
-  struct ct_cgroup cg;
-  int rc = cg_init(&cg, name);
+  struct ct_sec sec;  /* what PID 1 got, so the new process gets the same */
+  struct ct_cgroup cg = {0};
+  int rc = ct_sec_load(name, "state", &sec) < 0 ? -1 : cg_init(&cg, name);
   bool frozen = false;
   if (rc == 0 && cg_is_frozen(&cg, &frozen) == 0 && frozen)
     rc = ct_usage("container %s is frozen: thaw it first (a new process would freeze too)", name);
@@ -320,7 +324,7 @@ int container_exec(const char *name, char *const *argv)
       if (fd > 2)
         close(fd);
     }
-    if (chdir("/") < 0 || ct_drop_privileges() < 0) {
+    if (chdir("/") < 0 || ct_drop_privileges(&sec) < 0) {
       dprintf(pipefd[1], "%s", ct_error());
       _exit(127);
     }

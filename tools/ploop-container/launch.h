@@ -10,6 +10,7 @@
 
 #include "cgroup.h"
 #include "config.h"
+#include "security.h"
 
 /* Host range a --userns container's ids map to (0..65535 -> 100000..165535). */
 #define CT_USERNS_HOST_BASE 100000u
@@ -23,6 +24,7 @@ struct ct_launch {
   bool userns;
   bool tty;                /* give the container a pty from its own devpts */
   const struct ct_cgroup *cg;
+  struct ct_sec sec;       /* capabilities, seccomp, read-only root */
 };
 
 struct ct_process {
@@ -36,7 +38,5 @@ struct ct_process {
  * to forward; the child restores an empty mask before exec. */
 int ct_launch(const struct ct_launch *l, struct ct_process *p);
 
-/* Capability bounding set, capset and no_new_privs: the container-safe set. */
-int ct_drop_privileges(void);
 
 #endif

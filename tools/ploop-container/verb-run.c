@@ -46,7 +46,7 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
       {"memory", required_argument, NULL, 'm'}, {"swap", required_argument, NULL, 's'},
       {"pids", required_argument, NULL, 'p'},   {"hostname", required_argument, NULL, 'H'},
       {"net", required_argument, NULL, 'n'},    {"userns", no_argument, NULL, 'u'},
-      CT_RES_LONGOPTS,
+      CT_RES_LONGOPTS, CT_SEC_LONGOPTS,
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->pids = 1024;  /* fork bombs stop here unless asked otherwise */
@@ -89,6 +89,8 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
       break;
     default: {
       int r = ct_res_opt(c, optarg, argc, argv, &o->res);
+      if (r == 0)
+        r = ct_sec_opt(c, optarg, &o->sec);
       if (r < 0)
         return -1;
       if (r == 0)
