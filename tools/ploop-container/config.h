@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "net.h"
 #include "resources.h"
 #include "security.h"
 
@@ -17,7 +18,7 @@
 /* Process-wide state root (--root); set once by main(). */
 extern const char *ct_root;
 
-enum ct_net { CT_NET_NONE = 0, CT_NET_HOST = 1 };
+enum ct_net { CT_NET_NONE = 0, CT_NET_HOST = 1, CT_NET_VETH = 2 };
 
 /* What `create` decided; never changes afterwards. */
 struct ct_config {
@@ -38,6 +39,7 @@ struct ct_run_opts {
   bool detach;
   struct ct_res res;  /* CPU, cpuset and I/O limits */
   struct ct_sec sec;  /* capabilities, seccomp, read-only root */
+  struct ct_netcfg netcfg;  /* --net veth: addresses, bridge */
 };
 
 /* Written by the monitor after launch, removed when it has cleaned up. */

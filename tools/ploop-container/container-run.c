@@ -129,7 +129,7 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   struct ct_launch l = {
       .rootfs = mnt, .argv = argv, .hostname = o->hostname[0] ? o->hostname : name,
       .net = o->net, .userns = o->userns, .tty = !o->detach && isatty(0) && isatty(1), .cg = &cg,
-      .sec = o->sec,
+      .sec = o->sec, .netcfg = &o->netcfg,
   };
   l.sec.userns = o->userns;
   struct ct_process p;
@@ -141,7 +141,8 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
                         .init_start = process_start_time(p.pid), .userns = o->userns,
                         .kept_mounted = kept, .memory = o->memory, .swap = o->swap, .pids = o->pids};
   if (ct_state_save(name, &st) < 0 || ct_res_save(name, "state", &o->res, false) < 0 ||
-      ct_sec_save(name, "state", &l.sec) < 0) {
+      ct_sec_save(name, "state", &l.sec) < 0 ||
+      (o->netcfg.set && ct_net_save(name, &o->netcfg) < 0)) {
     kill(p.pid, SIGKILL);
     waitpid(p.pid, NULL, 0);
     goto fail;

@@ -149,13 +149,13 @@ static void enter_system_view(const struct ct_launch *l, int sock)
   int rootfd = -1;
   if (l->userns && (write(sock, "R", 1) != 1 || recv_go(sock, &rootfd) < 0 || rootfd < 0))
     _exit(127);
-  if (rootfs_enter(l->rootfs, rootfd, l->userns, l->net == CT_NET_NONE) < 0)
+  if (rootfs_enter(l->rootfs, rootfd, l->userns, l->net != CT_NET_HOST) < 0)
     child_fail(sock);
   if (sethostname(l->hostname, strlen(l->hostname)) < 0) {
     ct_fail(errno, "sethostname %s", l->hostname);
     child_fail(sock);
   }
-  if (l->net == CT_NET_NONE && loopback_up() < 0)
+  if (l->net != CT_NET_HOST && loopback_up() < 0)
     child_fail(sock);
 }
 
@@ -295,7 +295,7 @@ int ct_launch(const struct ct_launch *l, struct ct_process *p)
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
     return ct_fail(errno, "socketpair");
   unsigned long flags = SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC;
-  if (l->net == CT_NET_NONE)
+  if (l->net != CT_NET_HOST)
     flags |= CLONE_NEWNET;
   if (l->userns)
     flags |= CLONE_NEWUSER;
@@ -315,6 +315,8 @@ int ct_launch(const struct ct_launch *l, struct ct_process *p)
   cleanup_close int sock = sv[0];
   p->pid = pid;
   if (cg_attach(l->cg, pid) < 0 || (l->userns && write_id_maps(pid) < 0))
+    goto fail;
+  if (l->net == CT_NET_VETH && ct_net_setup(l->netcfg, pid) < 0)
     goto fail;
   /* EPIPE: the child already failed its setup; its message is waiting. */
   if (send(sock, "g", 1, MSG_NOSIGNAL) != 1 && errno != EPIPE) {

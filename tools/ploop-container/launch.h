@@ -25,6 +25,7 @@ struct ct_launch {
   bool tty;                /* give the container a pty from its own devpts */
   const struct ct_cgroup *cg;
   struct ct_sec sec;       /* capabilities, seccomp, read-only root */
+  const struct ct_netcfg *netcfg;  /* with CT_NET_VETH */
 };
 
 struct ct_process {

@@ -11,7 +11,7 @@
 static const char usage[] =
     "usage: ploop-container [--root DIR] VERB [ARGS]\n"
     "  create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]\n"
-    "  run NAME [--memory M] [--swap S] [--pids N] [--hostname H] [--net none|host] [--userns] [-- CMD...]\n"
+    "  run NAME [--memory M] [--swap S] [--pids N] [--hostname H] [--net none|host|veth] [--userns] [-- CMD...]\n"
     "  start NAME (same options as run; detached, output in ROOT/NAME/console.log)\n"
     "  exec NAME -- CMD...\n"
     "  stop NAME [--timeout SECONDS]\n"
@@ -24,6 +24,7 @@ static const char usage[] =
     "  update NAME [--memory M] [--swap S] [--pids N] [limits]  live, and saved for later runs\n"
     "limits (run, start, update): --cpus N.N  --cpu-weight 1-10000  --cpuset LIST\n"
     "  --io-weight 1-10000  --io-limit read|write BPS|Niops (on the container's disk)\n"
+"network (create, run, start): --net veth [--ip A/P] [--gateway A] [--host-ip A/P | --bridge BR]\n"
 "security (run, start): --cap-add CAP --cap-drop CAP --seccomp default|unconfined --read-only\n"
     "exit codes: the container's status for run/exec; else 0 ok, 1 failure, 2 bad usage,\n"
     "3 no such container, 4 container busy or running\n";

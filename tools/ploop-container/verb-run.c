@@ -22,6 +22,8 @@ static int usage_error(void)
 
 /* --memory/--swap on the command line win over the limits `update` saved. */
 static bool memory_given;
+/* --net given: this run's network; else the one saved in the config (veth). */
+static bool net_given;
 
 /* What `update` saved in the config is the default of every run. */
 static int saved_limits(const char *name, struct ct_run_opts *o)
@@ -37,6 +39,16 @@ static int saved_limits(const char *name, struct ct_run_opts *o)
     if (ct_kv_get(name, "config", "swap", v, sizeof v) > 0)
       o->swap = strtoull(v, NULL, 10);
   }
+  if (!net_given) {
+    struct ct_netcfg n;
+    if (ct_net_load(name, &n) < 0)
+      return -1;
+    if (n.veth) {
+      o->netcfg = n;
+      o->net = CT_NET_VETH;
+    }
+  }
+  ct_net_name(&o->netcfg, name);
   return ct_run_opts_check(o);
 }
 
@@ -46,7 +58,7 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
       {"memory", required_argument, NULL, 'm'}, {"swap", required_argument, NULL, 's'},
       {"pids", required_argument, NULL, 'p'},   {"hostname", required_argument, NULL, 'H'},
       {"net", required_argument, NULL, 'n'},    {"userns", no_argument, NULL, 'u'},
-      CT_RES_LONGOPTS, CT_SEC_LONGOPTS,
+      CT_RES_LONGOPTS, CT_SEC_LONGOPTS, CT_NET_LONGOPTS,
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->pids = 1024;  /* fork bombs stop here unless asked otherwise */
@@ -81,8 +93,11 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
         o->net = CT_NET_NONE;
       else if (strcmp(optarg, "host") == 0)
         o->net = CT_NET_HOST;
+      else if (strcmp(optarg, "veth") == 0)
+        o->net = CT_NET_VETH;
       else
-        return ct_usage("--net: '%s' is not none or host", optarg);
+        return ct_usage("--net: '%s' is not none, host or veth", optarg);
+      net_given = true;
       break;
     case 'u':
       o->userns = true;
@@ -91,6 +106,8 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
       int r = ct_res_opt(c, optarg, argc, argv, &o->res);
       if (r == 0)
         r = ct_sec_opt(c, optarg, &o->sec);
+      if (r == 0)
+        r = ct_net_opt(c, optarg, &o->netcfg);
       if (r < 0)
         return -1;
       if (r == 0)
@@ -99,7 +116,9 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
     }
   }
   memory_given = o->memory || o->swap_set;
-  return 0;
+  o->netcfg.veth = o->net == CT_NET_VETH;
+  o->netcfg.set = o->netcfg.set || o->netcfg.veth;
+  return ct_net_check(&o->netcfg);
 }
 
 static int start_detached(const char *name, int lock, const struct ct_run_opts *o, char **cmd)
