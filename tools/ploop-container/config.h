@@ -11,6 +11,7 @@
 #include "net.h"
 #include "resources.h"
 #include "security.h"
+#include "volume.h"
 
 #define CT_DEFAULT_ROOT "/var/lib/ploop-container"
 #define CT_NAME_MAX 64
@@ -40,6 +41,7 @@ struct ct_run_opts {
   struct ct_res res;  /* CPU, cpuset and I/O limits */
   struct ct_sec sec;  /* capabilities, seccomp, read-only root */
   struct ct_netcfg netcfg;  /* --net veth: addresses, bridge */
+  struct ct_volumes vol;    /* --volume HOST:CT[:ro] */
 };
 
 /* Written by the monitor after launch, removed when it has cleaned up. */

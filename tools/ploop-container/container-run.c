@@ -129,7 +129,7 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   struct ct_launch l = {
       .rootfs = mnt, .argv = argv, .hostname = o->hostname[0] ? o->hostname : name,
       .net = o->net, .userns = o->userns, .tty = !o->detach && isatty(0) && isatty(1), .cg = &cg,
-      .sec = o->sec, .netcfg = &o->netcfg,
+      .sec = o->sec, .netcfg = &o->netcfg, .vol = &o->vol,
   };
   l.sec.userns = o->userns;
   struct ct_process p;
@@ -208,7 +208,7 @@ static int running_state(const char *name, struct ct_state *st)
   if (have < 0)
     return -1;
   if (!have || !ct_state_running(st))
-    return ct_usage("container %s is not running", name);
+    return ct_state_fail(CT_EXIT_STOPPED, "container %s is not running", name);
   return 0;
 }
 
@@ -235,6 +235,9 @@ int container_stop(const char *name, unsigned timeout_s)
   for (unsigned i = 0; i < timeout_s * 100 && alive(&st); i++)
     sleep_ms(10);
   if (alive(&st)) {
+    /* Said, as vzctl and docker do: the processes had no chance to clean up. */
+    fprintf(stderr, "ploop-container: %s still running %u s after SIGTERM: "
+                    "sending SIGKILL to all its processes\n", name, timeout_s);
     cg_kill_all(&cg);
     kill(st.init_pid, SIGKILL);
     for (int i = 0; i < 500 && alive(&st); i++)  /* SIGKILL is not instant */
@@ -255,7 +258,28 @@ int container_stop(const char *name, unsigned timeout_s)
                  (int)st.monitor_pid);
 }
 
-int container_exec(const char *name, char *const *argv)
+/* The base environment with EO's entries on top (same key: EO's wins). */
+static char **exec_env(const struct ct_exec_opts *eo)
+{
+  static char *const base[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                               "HOME=/root", "container=ploop-container"};
+  size_t nb = sizeof base / sizeof base[0], n = 0;
+  char **env = calloc(nb + eo->nenv + 1, sizeof *env);
+  if (!env)
+    abort();
+  for (size_t i = 0; i < nb + eo->nenv; i++) {
+    char *kv = i < nb ? base[i] : eo->env[i - nb];
+    size_t kl = strcspn(kv, "=") + 1;
+    size_t j = 0;
+    while (j < n && strncmp(env[j], kv, kl) != 0)
+      j++;
+    env[j] = kv;
+    n += j == n;
+  }
+  return env;
+}
+
+int container_exec(const char *name, char *const *argv, const struct ct_exec_opts *eo)
 {
   struct ct_state st;
   if (running_state(name, &st) < 0)
@@ -279,7 +303,7 @@ int container_exec(const char *name, char *const *argv)
   int rc = ct_sec_load(name, "state", &sec) < 0 ? -1 : cg_init(&cg, name);
   bool frozen = false;
   if (rc == 0 && cg_is_frozen(&cg, &frozen) == 0 && frozen)
-    rc = ct_usage("container %s is frozen: thaw it first (a new process would freeze too)", name);
+    rc = ct_state_fail(CT_EXIT_BUSY, "container %s is frozen: thaw it first (a new process would freeze too)", name);
   if (rc == 0)
     rc = cg_attach(&cg, 0);  /* host paths: before we enter the mount namespace */
   cg_free(&cg);
@@ -325,13 +349,19 @@ int container_exec(const char *name, char *const *argv)
       if (fd > 2)
         close(fd);
     }
-    if (chdir("/") < 0 || ct_drop_privileges(&sec) < 0) {
+    const char *cwd = eo->cwd ? eo->cwd : "/";
+    if (chdir(cwd) < 0) {
+      dprintf(pipefd[1], "--cwd %s: %s", cwd, strerror(errno));
+      _exit(127);
+    }
+    sec.user_set = eo->user_set;
+    sec.uid = eo->uid;
+    sec.gid = eo->gid;
+    if (ct_drop_privileges(&sec) < 0) {
       dprintf(pipefd[1], "%s", ct_error());
       _exit(127);
     }
-    static char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                           "HOME=/root", "container=ploop-container", NULL};
-    environ = envp;
+    environ = exec_env(eo);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);

@@ -133,6 +133,9 @@ static int recv_go(int sock, int *fd)
   return 0;
 }
 
+/* The child's clones of the --volume trees, between open and attach. */
+static int volume_fds[CT_MAX_VOLUMES];
+
 /* Everything that makes the container's view of the system: mounts, pivot,
  * hostname, loopback. Needs no cgroup, so without a user namespace it runs
  * while the parent is still writing our cgroups (that write can wait for an
@@ -151,6 +154,8 @@ static void enter_system_view(const struct ct_launch *l, int sock)
     _exit(127);
   if (rootfs_enter(l->rootfs, rootfd, l->userns, l->net != CT_NET_HOST) < 0)
     child_fail(sock);
+  if (l->vol && ct_volumes_attach(l->vol, volume_fds) < 0)
+    child_fail(sock);
   if (sethostname(l->hostname, strlen(l->hostname)) < 0) {
     ct_fail(errno, "sethostname %s", l->hostname);
     child_fail(sock);
@@ -161,6 +166,10 @@ static void enter_system_view(const struct ct_launch *l, int sock)
 
 static void child_main(const struct ct_launch *l, int sock)
 {
+  /* Host paths are still ours to read (in a new user namespace too: no id
+   * change yet), and nothing is private yet. */
+  if (l->vol && ct_volumes_open(l->vol, volume_fds) < 0)
+    child_fail(sock);
   if (!l->userns)
     enter_system_view(l, sock);
   if (recv_go(sock, NULL) < 0)

@@ -26,6 +26,7 @@ struct ct_launch {
   const struct ct_cgroup *cg;
   struct ct_sec sec;       /* capabilities, seccomp, read-only root */
   const struct ct_netcfg *netcfg;  /* with CT_NET_VETH */
+  const struct ct_volumes *vol;    /* bind volumes, NULL for none */
 };
 
 struct ct_process {

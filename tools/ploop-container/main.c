@@ -6,6 +6,8 @@
 
 #include "config.h"
 #include "error.h"
+#include "help.h"
+#include "libploop.h"
 #include "verbs.h"
 
 static const char usage[] =
@@ -13,7 +15,7 @@ static const char usage[] =
     "  create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]\n"
     "  run NAME [--memory M] [--swap S] [--pids N] [--hostname H] [--net none|host|veth] [--userns] [-- CMD...]\n"
     "  start NAME (same options as run; detached, output in ROOT/NAME/console.log)\n"
-    "  exec NAME -- CMD...\n"
+    "  exec NAME [--env K=V] [--user UID[:GID]] [--cwd DIR] -- CMD...\n"
     "  stop NAME [--timeout SECONDS]\n"
     "  list\n"
     "  freeze NAME | thaw NAME\n"
@@ -25,9 +27,12 @@ static const char usage[] =
     "limits (run, start, update): --cpus N.N  --cpu-weight 1-10000  --cpuset LIST\n"
     "  --io-weight 1-10000  --io-limit read|write BPS|Niops (on the container's disk)\n"
 "network (create, run, start): --net veth [--ip A/P] [--gateway A] [--host-ip A/P | --bridge BR]\n"
+"volumes (run, start): --volume HOST:CT[:ro] (repeatable)\n"
 "security (run, start): --cap-add CAP --cap-drop CAP --seccomp default|unconfined --read-only\n"
     "exit codes: the container's status for run/exec; else 0 ok, 1 failure, 2 bad usage,\n"
-    "3 no such container, 4 container busy or running\n";
+    "3 no such container, 4 container busy or running (exists, frozen, mounted),\n"
+    "5 container not running (or its disk not mounted)\n"
+    "VERB --help describes a verb; --version prints the version.\n";
 
 static const struct {
   const char *name;
@@ -44,6 +49,7 @@ int main(int argc, char **argv)
 {
   static const struct option opts[] = {{"root", required_argument, NULL, 'r'},
                                        {"help", no_argument, NULL, 'h'},
+                                       {"version", no_argument, NULL, 'V'},
                                        {NULL, 0, NULL, 0}};
   opterr = 0;  /* errors are ours to print, on one line */
   int c;
@@ -54,6 +60,9 @@ int main(int argc, char **argv)
       break;
     case 'h':
       fputs(usage, stdout);
+      return 0;
+    case 'V':
+      printf("ploop-container %s\n", PLOOP_VERSION_STRING);
       return 0;
     default:
       fprintf(stderr, "ploop-container: bad option '%s' (see --help)\n", argv[optind - 1]);
@@ -73,6 +82,8 @@ int main(int argc, char **argv)
   for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
     if (strcmp(verb, verbs[i].name) != 0)
       continue;
+    if (ct_wants_help(argc - vi, argv + vi))
+      return ct_verb_help(verb);
     optind = 0;  /* each verb parses its own argv (argv[0] = the verb) */
     int rc = verbs[i].fn(argc - vi, argv + vi);
     if (rc < 0) {

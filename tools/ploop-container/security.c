@@ -8,6 +8,7 @@
 #include "security.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <linux/capability.h>
 #include <sched.h>
@@ -176,6 +177,14 @@ int ct_drop_privileges(const struct ct_sec *s)
         break;
       return ct_fail(errno, "drop capability %d from the bounding set", cap);
     }
+  }
+  if (s->user_set) {
+    if (setgroups(0, NULL) < 0 || setresgid(s->gid, s->gid, s->gid) < 0)
+      return ct_fail(errno, "--user: become gid %u", s->gid);
+    if (setresuid(s->uid, s->uid, s->uid) < 0)
+      return ct_fail(errno, "--user: become uid %u", s->uid);
+    if (s->uid != 0)  /* as Docker: a non-root user gets no capabilities (the kernel cleared them) */
+      keep = 0;
   }
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[2];

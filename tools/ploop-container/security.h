@@ -13,6 +13,8 @@ struct ct_sec {
   bool unconfined;             /* --seccomp unconfined: no filter */
   bool readonly;               /* --read-only root filesystem */
   bool userns;                 /* the filter lets the container make user namespaces */
+  bool user_set;               /* become UID:GID (exec --user); non-root has no capabilities */
+  uint32_t uid, gid;
 };
 
 #define CT_SEC_LONGOPTS                                                         \

@@ -58,7 +58,7 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
       {"memory", required_argument, NULL, 'm'}, {"swap", required_argument, NULL, 's'},
       {"pids", required_argument, NULL, 'p'},   {"hostname", required_argument, NULL, 'H'},
       {"net", required_argument, NULL, 'n'},    {"userns", no_argument, NULL, 'u'},
-      CT_RES_LONGOPTS, CT_SEC_LONGOPTS, CT_NET_LONGOPTS,
+      CT_RES_LONGOPTS, CT_SEC_LONGOPTS, CT_NET_LONGOPTS, CT_VOLUME_LONGOPTS,
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->pids = 1024;  /* fork bombs stop here unless asked otherwise */
@@ -108,6 +108,8 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
         r = ct_sec_opt(c, optarg, &o->sec);
       if (r == 0)
         r = ct_net_opt(c, optarg, &o->netcfg);
+      if (r == 0)
+        r = ct_volume_opt(c, optarg, &o->vol);
       if (r < 0)
         return -1;
       if (r == 0)
