@@ -10,6 +10,7 @@ pkgs=(
   qemu-utils libnbd-bin nbdkit fio e2fsprogs xfsprogs util-linux
   busybox-static runc bubblewrap iproute2 python3 kmod
   debootstrap
+  libseccomp-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

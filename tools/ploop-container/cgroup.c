@@ -99,6 +99,14 @@ int cg_init(struct ct_cgroup *cg, const char *name)
   }
   if (cg->mode == CG_HYBRID)
     cg->unified = xasprintf("/sys/fs/cgroup/unified/%s", group);
+  /* Optional: CPU and I/O limits need them, memory-only containers do not. */
+  const char *opt[] = {"cpu", "cpuacct", "cpuset", "blkio"};
+  char **odst[] = {&cg->cpu, &cg->cpuacct, &cg->cpuset, &cg->blkio};
+  for (int i = 0; i < 4; i++) {
+    cleanup_free char *mnt = v1_mount(opt[i]);
+    if (mnt)
+      *odst[i] = xasprintf("%s/%s", mnt, group);
+  }
   return 0;
 }
 
@@ -108,6 +116,10 @@ void cg_free(struct ct_cgroup *cg)
   free(cg->pids);
   free(cg->freezer);
   free(cg->unified);
+  free(cg->cpu);
+  free(cg->cpuacct);
+  free(cg->cpuset);
+  free(cg->blkio);
   memset(cg, 0, sizeof *cg);
 }
 
@@ -119,37 +131,69 @@ static int cg_write(const char *dir, const char *file, const char *val)
 
 static char *cg_file(const char *dir, const char *file) { return xasprintf("%s/%s", dir, file); }
 
+static bool has_word(const char *list, const char *w)
+{
+  size_t n = strlen(w);
+  for (const char *p = strstr(list, w); p; p = strstr(p + 1, w))
+    if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ' || p[n] == '\n'))
+      return true;
+  return false;
+}
+
 /* v2 controllers must be enabled in every ancestor's subtree_control, from
  * the root down to DIR's parent (the root may hold processes; our own
- * parent holds none). */
+ * parent holds none). Memory and pids are required; cpu, cpuset and io are
+ * enabled where the kernel offers them. */
 static int v2_enable_controllers(const char *dir)
 {
   const char *root = "/sys/fs/cgroup";
   if (strncmp(dir, "/sys/fs/cgroup/unified/", 23) == 0)
     return ct_fail(0, "no memory/pids controllers in the v2 tree of a hybrid host");
+  static const char *const want[] = {"memory", "pids", "cpu", "cpuset", "io"};
   cleanup_free char *path = strdup(dir);
   char *end = strrchr(path, '/');
   for (char *p = path + strlen(root); p && p <= end; p = strchr(p + 1, '/')) {
     char saved = *p;
     *p = 0;
     cleanup_free char *sc = cg_file(path, "cgroup.subtree_control");
-    char have[256] = "";
-    if (read_file(sc, have, sizeof have) < 0 ||
-        (!(strstr(have, "memory") && strstr(have, "pids")) && write_file(sc, "+memory +pids") < 0)) {
-      *p = saved;
-      return ct_wrap("enable memory and pids controllers");
+    cleanup_free char *ac = cg_file(path, "cgroup.controllers");
+    char have[256] = "", avail[256] = "", add[128] = "";
+    int rc = read_file(sc, have, sizeof have) < 0 || read_file(ac, avail, sizeof avail) < 0 ? -1 : 0;
+    for (size_t i = 0; rc == 0 && i < sizeof want / sizeof want[0]; i++) {
+      if (has_word(have, want[i]))
+        continue;
+      if (!has_word(avail, want[i])) {
+        if (i < 2)
+          rc = ct_fail(0, "the %s controller is not available in %s", want[i], path);
+        continue;
+      }
+      size_t n = strlen(add);
+      snprintf(add + n, sizeof add - n, "%s+%s", n ? " " : "", want[i]);
     }
+    if (rc == 0 && add[0])
+      rc = write_file(sc, add);
     *p = saved;
+    if (rc < 0)
+      return ct_wrap("enable cgroup controllers");
   }
   return 0;
 }
 
-static void dirs(const struct ct_cgroup *cg, char *out[4])
+static void dirs(const struct ct_cgroup *cg, char *out[CG_NDIRS])
 {
   out[0] = cg->memory;
   out[1] = cg->pids;
   out[2] = cg->freezer;
   out[3] = cg->unified;
+  out[4] = cg->cpu;
+  out[5] = cg->cpuacct;
+  out[6] = cg->cpuset;
+  out[7] = cg->blkio;
+  /* Co-mounted controllers (cpu,cpuacct) share one directory: visit it once. */
+  for (int i = 1; i < CG_NDIRS; i++)
+    for (int j = 0; j < i && out[i]; j++)
+      if (out[j] && strcmp(out[i], out[j]) == 0)
+        out[i] = NULL;
 }
 
 static int rmdir_wait(const char *dir)
@@ -206,6 +250,17 @@ static int cg_mkdir(const char *dir)
   for (int i = 0; i < 10; i++) {
     if (mkdir(dir, 0755) == 0)
       return 0;
+    if (errno == EEXIST) {
+      /* A group left behind with no task in it (a cleanup that raced with
+       * the kernel, a crash between two rmdirs): remove it and start clean,
+       * so no limit of an earlier run survives. One in use is refused. */
+      char procs[16] = "";
+      cleanup_free char *p = cg_file(dir, "cgroup.procs");
+      if (read_file(p, procs, sizeof procs) == 0 && rmdir(dir) == 0)
+        continue;
+      errno = EEXIST;
+      break;
+    }
     if (errno != ENOENT)
       break;
     if (mkdir(parent, 0755) < 0 && errno != EEXIST)
@@ -216,22 +271,25 @@ static int cg_mkdir(const char *dir)
 
 int cg_create(struct ct_cgroup *cg, uint64_t memory, uint64_t swap, uint64_t pids)
 {
-  char *d[4];
+  char *d[CG_NDIRS];
   dirs(cg, d);
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < CG_NDIRS; i++) {
     if (!d[i])
       continue;
     if (cg_mkdir(d[i]) < 0)
       goto fail;
   }
-  if (cg->mode == CG_UNIFIED && (memory || pids) && v2_enable_controllers(cg->unified) < 0)
+  if (cg->cpuset && cg_cpuset_inherit(cg->cpuset) < 0)
+    goto fail;
+  if (cg->mode == CG_UNIFIED && (memory || pids || strncmp(cg->unified, "/sys/fs/cgroup/unified/", 23) != 0) &&
+      v2_enable_controllers(cg->unified) < 0)
     goto fail;
   if (write_limits(cg, memory, swap, pids) < 0)
     goto fail;
   return 0;
 fail:
   ct_wrap("cgroup");
-  for (int i = 3; i >= 0; i--)
+  for (int i = CG_NDIRS - 1; i >= 0; i--)
     if (d[i])
       rmdir(d[i]);
   return -1;
@@ -241,9 +299,9 @@ int cg_attach(const struct ct_cgroup *cg, pid_t pid)
 {
   char v[32];
   snprintf(v, sizeof v, "%d", pid ? (int)pid : (int)getpid());
-  char *d[4];
+  char *d[CG_NDIRS];
   dirs(cg, d);
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < CG_NDIRS; i++)
     if (d[i] && cg_write(d[i], "cgroup.procs", v) < 0)
       return ct_wrap("join cgroup");
   return 0;
@@ -296,10 +354,10 @@ int cg_destroy(struct ct_cgroup *cg)
   if (!cg_exists(cg))
     return 0;
   cg_kill_all(cg);
-  char *d[4];
+  char *d[CG_NDIRS];
   dirs(cg, d);
   int rc = 0;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < CG_NDIRS; i++) {
     if (!d[i])
       continue;
     if (rmdir_wait(d[i]) < 0) {

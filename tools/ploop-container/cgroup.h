@@ -16,7 +16,11 @@ struct ct_cgroup {
    * unified mode only `unified` is set; in hybrid `unified` is the
    * controller-less v2 tree (used for tracking and cgroup.kill). */
   char *memory, *pids, *freezer, *unified;
+  /* v1 only, NULL when the host has not mounted them (a limit that needs
+   * one then fails); cpuacct may be the same directory as cpu. */
+  char *cpu, *cpuacct, *cpuset, *blkio;
 };
+#define CG_NDIRS 8
 
 const char *cg_mode_name(enum cg_mode m);
 /* Fills CG's paths for container NAME (nothing is created). */

@@ -89,6 +89,14 @@ int ct_config_save(const struct ct_config *c)
   cleanup_free char *path = ct_path(c->name, "config");
   cleanup_free char *s = xasprintf("name=%s\ndisk_bytes=%" PRIu64 "\nsource=%s\n", c->name,
                                    c->disk_bytes, c->source);
+  if (access(path, F_OK) == 0) {  /* keep the keys other modules set (network, limits) */
+    const char *kv[] = {xasprintf("name=%s", c->name), xasprintf("disk_bytes=%" PRIu64, c->disk_bytes),
+                        xasprintf("source=%s", c->source)};
+    int rc = ct_kv_set(c->name, "config", kv, 3, true);
+    for (int i = 0; i < 3; i++)
+      free((char *)kv[i]);
+    return rc;
+  }
   return write_file_atomic(path, s, strlen(s), true);
 }
 
@@ -193,4 +201,70 @@ int ct_run_opts_check(struct ct_run_opts *o)
   if (o->pids == 1)
     return ct_usage("--pids 1 leaves no room for even a shell's children");
   return 0;
+}
+
+/* ---- keys of other modules in the config and state files ---- */
+
+/* A line "KEY=..." of TXT, or NULL. */
+static const char *kv_find(const char *txt, const char *key)
+{
+  size_t kl = strlen(key);
+  for (const char *l = txt; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+    if (strncmp(l, key, kl) == 0 && l[kl] == '=')
+      return l;
+  return NULL;
+}
+
+int ct_kv_get(const char *name, const char *file, const char *key, char *val, size_t len)
+{
+  char buf[8192];
+  cleanup_free char *path = ct_path(name, file);
+  if (access(path, F_OK) < 0)
+    return 0;
+  if (read_file(path, buf, sizeof buf) < 0)
+    return -1;
+  const char *l = kv_find(buf, key);
+  if (!l)
+    return 0;
+  l += strlen(key) + 1;
+  size_t n = strcspn(l, "\n");
+  snprintf(val, len, "%.*s", (int)n, l);
+  return 1;
+}
+
+int ct_kv_set(const char *name, const char *file, const char *const *kv, size_t n, bool durable)
+{
+  char old[8192] = "";
+  cleanup_free char *path = ct_path(name, file);
+  if (access(path, F_OK) == 0 && read_file(path, old, sizeof old) < 0)
+    return -1;
+  size_t cap = strlen(old) + 1;
+  for (size_t i = 0; i < n; i++)
+    cap += strlen(kv[i]) + 2;
+  cleanup_free char *out = calloc(1, cap);
+  if (!out)
+    return ct_fail(ENOMEM, "update %s", path);
+  size_t len = 0;
+  /* Old lines whose key is not being set, in their order, then the new ones. */
+  for (char *l = old; *l;) {
+    size_t ll = strcspn(l, "\n");
+    bool replaced = false;
+    for (size_t i = 0; i < n && !replaced; i++) {
+      size_t kl = strcspn(kv[i], "=");
+      replaced = ll > kl && strncmp(l, kv[i], kl + 1) == 0;
+    }
+    if (!replaced && ll) {
+      memcpy(out + len, l, ll);
+      len += ll;
+      out[len++] = '\n';
+    }
+    l += ll + (l[ll] == '\n');
+  }
+  for (size_t i = 0; i < n; i++) {
+    const char *eq = strchr(kv[i], '=');
+    if (!eq || !eq[1])  /* "key=" removes the key */
+      continue;
+    len += (size_t)sprintf(out + len, "%s\n", kv[i]);
+  }
+  return write_file_atomic(path, out, len, durable);
 }

@@ -8,13 +8,18 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "net.h"
+#include "resources.h"
+#include "security.h"
+#include "volume.h"
+
 #define CT_DEFAULT_ROOT "/var/lib/ploop-container"
 #define CT_NAME_MAX 64
 
 /* Process-wide state root (--root); set once by main(). */
 extern const char *ct_root;
 
-enum ct_net { CT_NET_NONE = 0, CT_NET_HOST = 1 };
+enum ct_net { CT_NET_NONE = 0, CT_NET_HOST = 1, CT_NET_VETH = 2 };
 
 /* What `create` decided; never changes afterwards. */
 struct ct_config {
@@ -33,6 +38,10 @@ struct ct_run_opts {
   enum ct_net net;
   bool userns;
   bool detach;
+  struct ct_res res;  /* CPU, cpuset and I/O limits */
+  struct ct_sec sec;  /* capabilities, seccomp, read-only root */
+  struct ct_netcfg netcfg;  /* --net veth: addresses, bridge */
+  struct ct_volumes vol;    /* --volume HOST:CT[:ro] */
 };
 
 /* Written by the monitor after launch, removed when it has cleaned up. */
@@ -69,5 +78,11 @@ int ct_lock(const char *name);
 
 /* Validates and parses the shared run/start limits (--memory, --swap, --pids). */
 int ct_run_opts_check(struct ct_run_opts *o);
+
+/* Keys other modules keep in ROOT/NAME/FILE ("config", "state"): read one
+ * (1 found, 0 absent, -1 error); set several "key=value" ("key=" removes),
+ * keeping every other line. ct_config_save keeps them too. */
+int ct_kv_get(const char *name, const char *file, const char *key, char *val, size_t len);
+int ct_kv_set(const char *name, const char *file, const char *const *kv, size_t n, bool durable);
 
 #endif

@@ -76,7 +76,7 @@ static int create(const char *name, uint64_t disk_bytes, const char *from, bool 
   cleanup_free char *dir = ct_path(name, NULL);
   if (mkdir(dir, 0700) < 0) {
     if (errno == EEXIST)
-      return ct_usage("container '%s' already exists", name);
+      return ct_state_fail(CT_EXIT_BUSY, "container '%s' already exists", name);
     return ct_fail(errno, "mkdir %s", dir);
   }
   cleanup_free char *diskdir = ct_path(name, "disk");
@@ -160,7 +160,7 @@ int container_mount(const char *name, const char *snapshot, const char *dir)
     return -1;
   cleanup_free char *mnt = ct_path(name, "rootfs");
   if (disk_is_mounted(mnt))
-    return ct_usage("container %s: disk already mounted", name);
+    return ct_state_fail(CT_EXIT_BUSY, "container %s: disk already mounted", name);
   return disk_mount(diskdir, mnt);
 }
 
@@ -176,6 +176,6 @@ int container_umount(const char *name, const char *dir)
     return -1;
   cleanup_free char *mnt = ct_path(name, "rootfs");
   if (!disk_is_mounted(mnt))
-    return ct_usage("container %s: disk is not mounted", name);
+    return ct_state_fail(CT_EXIT_STOPPED, "container %s: disk is not mounted", name);
   return disk_umount(diskdir, mnt);
 }

@@ -14,7 +14,7 @@ static int running(const char *name, struct ct_state *st)
   if (ct_require(name) < 0)
     return -1;
   if (ct_state_load(name, st) <= 0 || !ct_state_running(st))
-    return ct_usage("container %s is not running", name);
+    return ct_state_fail(CT_EXIT_STOPPED, "container %s is not running", name);
   return 0;
 }
 

@@ -161,11 +161,15 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   if (cg_init(&cg, name) < 0 || cg_create(&cg, o->memory, o->swap, o->pids) < 0)
     goto fail;
   cg_made = true;
+  if (cg_res_apply(&cg, &o->res, st_mnt.st_dev) < 0)
+    goto fail;
   phase("cgroup");
   struct ct_launch l = {
       .rootfs = mnt, .argv = argv, .hostname = o->hostname[0] ? o->hostname : name,
       .net = o->net, .userns = o->userns, .tty = !o->detach && isatty(0) && isatty(1), .cg = &cg,
+      .sec = o->sec, .netcfg = &o->netcfg, .vol = &o->vol,
   };
+  l.sec.userns = o->userns;
   struct ct_process p;
   if (ct_launch(&l, &p) < 0) {
     exec_failed = p.exec_failed;
@@ -174,7 +178,9 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   struct ct_state st = {.monitor_pid = getpid(), .init_pid = p.pid,
                         .init_start = process_start_time(p.pid), .userns = o->userns,
                         .kept_mounted = kept, .memory = o->memory, .swap = o->swap, .pids = o->pids};
-  if (ct_state_save(name, &st) < 0) {
+  if (ct_state_save(name, &st) < 0 || ct_res_save(name, "state", &o->res, false) < 0 ||
+      ct_sec_save(name, "state", &l.sec) < 0 ||
+      (o->netcfg.set && ct_net_save(name, &o->netcfg) < 0)) {
     kill(p.pid, SIGKILL);
     waitpid(p.pid, NULL, 0);
     goto fail;
@@ -210,7 +216,7 @@ static int running_state(const char *name, struct ct_state *st)
   if (have < 0)
     return -1;
   if (!have || !ct_state_running(st))
-    return ct_usage("container %s is not running", name);
+    return ct_state_fail(CT_EXIT_STOPPED, "container %s is not running", name);
   return 0;
 }
 
@@ -237,6 +243,9 @@ int container_stop(const char *name, unsigned timeout_s)
   for (unsigned i = 0; i < timeout_s * 100 && alive(&st); i++)
     sleep_ms(10);
   if (alive(&st)) {
+    /* Said, as vzctl and docker do: the processes had no chance to clean up. */
+    fprintf(stderr, "ploop-container: %s still running %u s after SIGTERM: "
+                    "sending SIGKILL to all its processes\n", name, timeout_s);
     cg_kill_all(&cg);
     kill(st.init_pid, SIGKILL);
     for (int i = 0; i < 500 && alive(&st); i++)  /* SIGKILL is not instant */
@@ -257,7 +266,28 @@ int container_stop(const char *name, unsigned timeout_s)
                  (int)st.monitor_pid);
 }
 
-int container_exec(const char *name, char *const *argv)
+/* The base environment with EO's entries on top (same key: EO's wins). */
+static char **exec_env(const struct ct_exec_opts *eo)
+{
+  static char *const base[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                               "HOME=/root", "container=ploop-container"};
+  size_t nb = sizeof base / sizeof base[0], n = 0;
+  char **env = calloc(nb + eo->nenv + 1, sizeof *env);
+  if (!env)
+    abort();
+  for (size_t i = 0; i < nb + eo->nenv; i++) {
+    char *kv = i < nb ? base[i] : eo->env[i - nb];
+    size_t kl = strcspn(kv, "=") + 1;
+    size_t j = 0;
+    while (j < n && strncmp(env[j], kv, kl) != 0)
+      j++;
+    env[j] = kv;
+    n += j == n;
+  }
+  return env;
+}
+
+int container_exec(const char *name, char *const *argv, const struct ct_exec_opts *eo)
 {
   struct ct_state st;
   if (running_state(name, &st) < 0)
@@ -276,11 +306,12 @@ int container_exec(const char *name, char *const *argv)
       return ct_fail(saved, "open %s", p);
     }
   }
-  struct ct_cgroup cg;
-  int rc = cg_init(&cg, name);
+  struct ct_sec sec;  /* what PID 1 got, so the new process gets the same */
+  struct ct_cgroup cg = {0};
+  int rc = ct_sec_load(name, "state", &sec) < 0 ? -1 : cg_init(&cg, name);
   bool frozen = false;
   if (rc == 0 && cg_is_frozen(&cg, &frozen) == 0 && frozen)
-    rc = ct_usage("container %s is frozen: thaw it first (a new process would freeze too)", name);
+    rc = ct_state_fail(CT_EXIT_BUSY, "container %s is frozen: thaw it first (a new process would freeze too)", name);
   if (rc == 0)
     rc = cg_attach(&cg, 0);  /* host paths: before we enter the mount namespace */
   cg_free(&cg);
@@ -326,13 +357,19 @@ int container_exec(const char *name, char *const *argv)
       if (fd > 2)
         close(fd);
     }
-    if (chdir("/") < 0 || ct_drop_privileges() < 0) {
+    const char *cwd = eo->cwd ? eo->cwd : "/";
+    if (chdir(cwd) < 0) {
+      dprintf(pipefd[1], "--cwd %s: %s", cwd, strerror(errno));
+      _exit(127);
+    }
+    sec.user_set = eo->user_set;
+    sec.uid = eo->uid;
+    sec.gid = eo->gid;
+    if (ct_drop_privileges(&sec) < 0) {
       dprintf(pipefd[1], "%s", ct_error());
       _exit(127);
     }
-    static char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                           "HOME=/root", "container=ploop-container", NULL};
-    environ = envp;
+    environ = exec_env(eo);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);

@@ -31,7 +31,15 @@ int container_supervise(const char *name, struct ct_cgroup *cg, pid_t pid, int p
  * state. Call with the lock held. */
 int container_recover(const char *name);
 int container_stop(const char *name, unsigned timeout_s);
-int container_exec(const char *name, char *const *argv);
+/* exec's options: NULL fields keep the defaults (root, /, the base environment). */
+struct ct_exec_opts {
+  char *const *env;  /* "K=V" each, added to or replacing the base environment */
+  size_t nenv;
+  bool user_set;
+  uint32_t uid, gid;
+  const char *cwd;
+};
+int container_exec(const char *name, char *const *argv, const struct ct_exec_opts *eo);
 int container_freeze(const char *name, bool frozen);
 int container_snapshot(const char *name, char *id, size_t idlen);
 /* `mount NAME`: keeps the disk mounted across runs (start latency without

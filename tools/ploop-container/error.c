@@ -53,3 +53,13 @@ int ct_usage(const char *fmt, ...)
 const char *ct_error(void) { return message[0] ? message : "unknown error"; }
 int ct_error_code(void) { return code; }
 void ct_set_error_code(int c) { code = c; }
+
+int ct_state_fail(int c, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  code = c;
+  return -1;
+}

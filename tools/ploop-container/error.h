@@ -20,5 +20,11 @@ int ct_error_code(void);
 void ct_set_error_code(int code);
 
 enum { CT_EXIT_FAIL = 1, CT_EXIT_USAGE = 2, CT_EXIT_NOTFOUND = 3, CT_EXIT_BUSY = 4 };
+/* The container is not in the state the verb needs: running where it must
+ * not be (exists, frozen, mounted) is CT_EXIT_BUSY; stopped where it must
+ * run (not running, not mounted) is CT_EXIT_STOPPED. */
+enum { CT_EXIT_STOPPED = 5 };
+/* As ct_fail with no errno, and the exit code CODE. */
+int ct_state_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

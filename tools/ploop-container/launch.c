@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
@@ -13,8 +12,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -27,43 +26,6 @@
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
-
-/* Docker's default set minus MKNOD (we do not filter devices with a device
- * cgroup, so creating device nodes must stay impossible). */
-static const int safe_caps[] = {
-    CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,     CAP_FSETID,     CAP_KILL,
-    CAP_SETGID, CAP_SETUID,       CAP_SETPCAP,    CAP_NET_BIND_SERVICE,
-    CAP_NET_RAW, CAP_SYS_CHROOT,  CAP_AUDIT_WRITE, CAP_SETFCAP,
-};
-
-int ct_drop_privileges(void)
-{
-  uint64_t keep = 0;
-  for (size_t i = 0; i < sizeof safe_caps / sizeof safe_caps[0]; i++)
-    keep |= 1ull << safe_caps[i];
-  for (int cap = 0; cap < 64; cap++) {
-    if (keep & (1ull << cap))
-      continue;
-    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
-      if (errno == EINVAL)  /* past the kernel's last capability */
-        break;
-      return ct_fail(errno, "drop capability %d from the bounding set", cap);
-    }
-  }
-  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-  struct __user_cap_data_struct data[2];
-  for (int i = 0; i < 2; i++) {
-    uint32_t w = (uint32_t)(keep >> (32 * i));
-    data[i].effective = data[i].permitted = data[i].inheritable = w;
-  }
-  if (syscall(SYS_capset, &hdr, data) < 0)
-    return ct_fail(errno, "capset");
-  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-    return ct_fail(errno, "clear ambient capabilities");
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-    return ct_fail(errno, "set no_new_privs");
-  return 0;
-}
 
 int ct_loopback_up(void)
 {
@@ -78,6 +40,23 @@ int ct_loopback_up(void)
   ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
   if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
     return ct_fail(errno, "bring lo up");
+  return 0;
+}
+
+/* --read-only: the root mount read-only, a tmpfs on /tmp (as podman's
+ * --read-only-tmpfs) so programs still find a scratch directory. The flags
+ * the mount already has (nodev, nosuid) stay: a user namespace must keep them. */
+static int readonly_root(void)
+{
+  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k") < 0)
+    return ct_fail(errno, "mount tmpfs on /tmp");
+  struct statvfs sv;
+  if (statvfs("/", &sv) < 0)
+    return ct_fail(errno, "statvfs /");
+  unsigned long keep = (sv.f_flag & ST_NODEV ? MS_NODEV : 0) | (sv.f_flag & ST_NOSUID ? MS_NOSUID : 0) |
+                       (sv.f_flag & ST_NOEXEC ? MS_NOEXEC : 0) | (sv.f_flag & ST_NOATIME ? MS_NOATIME : 0);
+  if (mount(NULL, "/", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | keep, NULL) < 0)
+    return ct_fail(errno, "remount / read-only");
   return 0;
 }
 
@@ -154,6 +133,9 @@ static int recv_go(int sock, int *fd)
   return 0;
 }
 
+/* The child's clones of the --volume trees, between open and attach. */
+static int volume_fds[CT_MAX_VOLUMES];
+
 /* Everything that makes the container's view of the system: mounts, pivot,
  * hostname, loopback. Needs no cgroup, so without a user namespace it runs
  * while the parent is still writing our cgroups (that write can wait for an
@@ -170,18 +152,24 @@ static void enter_system_view(const struct ct_launch *l, int sock)
   int rootfd = -1;
   if (l->userns && (write(sock, "R", 1) != 1 || recv_go(sock, &rootfd) < 0 || rootfd < 0))
     _exit(127);
-  if (rootfs_enter(l->rootfs, rootfd, l->userns, l->net == CT_NET_NONE) < 0)
+  if (rootfs_enter(l->rootfs, rootfd, l->userns, l->net != CT_NET_HOST) < 0)
+    child_fail(sock);
+  if (l->vol && ct_volumes_attach(l->vol, volume_fds) < 0)
     child_fail(sock);
   if (sethostname(l->hostname, strlen(l->hostname)) < 0) {
     ct_fail(errno, "sethostname %s", l->hostname);
     child_fail(sock);
   }
-  if (l->net == CT_NET_NONE && ct_loopback_up() < 0)
+  if (l->net != CT_NET_HOST && ct_loopback_up() < 0)
     child_fail(sock);
 }
 
 static void child_main(const struct ct_launch *l, int sock)
 {
+  /* Host paths are still ours to read (in a new user namespace too: no id
+   * change yet), and nothing is private yet. */
+  if (l->vol && ct_volumes_open(l->vol, volume_fds) < 0)
+    child_fail(sock);
   if (!l->userns)
     enter_system_view(l, sock);
   if (recv_go(sock, NULL) < 0)
@@ -209,7 +197,9 @@ static void child_main(const struct ct_launch *l, int sock)
     ct_fail(errno, "close_range");
     child_fail(sock);
   }
-  if (ct_drop_privileges() < 0)
+  if (l->sec.readonly && readonly_root() < 0)
+    child_fail(sock);
+  if (ct_drop_privileges(&l->sec) < 0)
     child_fail(sock);
   const char *term = getenv("TERM");
   char *termv = term && l->tty ? xasprintf("TERM=%s", term) : NULL;
@@ -314,7 +304,7 @@ int ct_launch(const struct ct_launch *l, struct ct_process *p)
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
     return ct_fail(errno, "socketpair");
   unsigned long flags = SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC;
-  if (l->net == CT_NET_NONE)
+  if (l->net != CT_NET_HOST)
     flags |= CLONE_NEWNET;
   if (l->userns)
     flags |= CLONE_NEWUSER;
@@ -334,6 +324,8 @@ int ct_launch(const struct ct_launch *l, struct ct_process *p)
   cleanup_close int sock = sv[0];
   p->pid = pid;
   if (cg_attach(l->cg, pid) < 0 || (l->userns && write_id_maps(pid) < 0))
+    goto fail;
+  if (l->net == CT_NET_VETH && ct_net_setup(l->netcfg, pid) < 0)
     goto fail;
   /* EPIPE: the child already failed its setup; its message is waiting. */
   if (send(sock, "g", 1, MSG_NOSIGNAL) != 1 && errno != EPIPE) {

@@ -10,6 +10,7 @@
 
 #include "cgroup.h"
 #include "config.h"
+#include "security.h"
 
 /* Host range a --userns container's ids map to (0..65535 -> 100000..165535). */
 #define CT_USERNS_HOST_BASE 100000u
@@ -23,6 +24,9 @@ struct ct_launch {
   bool userns;
   bool tty;                /* give the container a pty from its own devpts */
   const struct ct_cgroup *cg;
+  struct ct_sec sec;       /* capabilities, seccomp, read-only root */
+  const struct ct_netcfg *netcfg;  /* with CT_NET_VETH */
+  const struct ct_volumes *vol;    /* bind volumes, NULL for none */
 };
 
 struct ct_process {
@@ -38,8 +42,5 @@ int ct_launch(const struct ct_launch *l, struct ct_process *p);
 
 /* Brings up lo of the caller's network namespace. */
 int ct_loopback_up(void);
-
-/* Capability bounding set, capset and no_new_privs: the container-safe set. */
-int ct_drop_privileges(void);
 
 #endif

@@ -6,14 +6,16 @@
 
 #include "config.h"
 #include "error.h"
+#include "help.h"
+#include "libploop.h"
 #include "verbs.h"
 
 static const char usage[] =
     "usage: ploop-container [--root DIR] VERB [ARGS]\n"
     "  create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]\n"
-    "  run NAME [--memory M] [--swap S] [--pids N] [--hostname H] [--net none|host] [--userns] [-- CMD...]\n"
+    "  run NAME [--memory M] [--swap S] [--pids N] [--hostname H] [--net none|host|veth] [--userns] [-- CMD...]\n"
     "  start NAME (same options as run; detached, output in ROOT/NAME/console.log)\n"
-    "  exec NAME -- CMD...\n"
+    "  exec NAME [--env K=V] [--user UID[:GID]] [--cwd DIR] -- CMD...\n"
     "  stop NAME [--timeout SECONDS]\n"
     "  list\n"
     "  freeze NAME | thaw NAME\n"
@@ -23,8 +25,16 @@ static const char usage[] =
     "  destroy NAME\n"
     "  checkpoint NAME DIR [--criu PATH] [--leave-running]   processes to CRIU images in DIR\n"
     "  restore NAME DIR [--criu PATH] [--lazy-pages]   run the checkpoint in DIR again (detached)\n"
+    "  update NAME [--memory M] [--swap S] [--pids N] [limits]  live, and saved for later runs\n"
+    "limits (run, start, update): --cpus N.N  --cpu-weight 1-10000  --cpuset LIST\n"
+    "  --io-weight 1-10000  --io-limit read|write BPS|Niops (on the container's disk)\n"
+"network (create, run, start): --net veth [--ip A/P] [--gateway A] [--host-ip A/P | --bridge BR]\n"
+"volumes (run, start): --volume HOST:CT[:ro] (repeatable)\n"
+"security (run, start): --cap-add CAP --cap-drop CAP --seccomp default|unconfined --read-only\n"
     "exit codes: the container's status for run/exec; else 0 ok, 1 failure, 2 bad usage,\n"
-    "3 no such container, 4 container busy or running\n";
+    "3 no such container, 4 container busy or running (exists, frozen, mounted),\n"
+    "5 container not running (or its disk not mounted)\n"
+    "VERB --help describes a verb; --version prints the version.\n";
 
 static const struct {
   const char *name;
@@ -35,12 +45,14 @@ static const struct {
     {"freeze", verb_freeze}, {"thaw", verb_freeze},   {"snapshot", verb_snapshot},
     {"mount", verb_mount},   {"umount", verb_mount},  {"destroy", verb_destroy},
     {"checkpoint", verb_criu}, {"restore", verb_criu},
+    {"update", verb_update},
 };
 
 int main(int argc, char **argv)
 {
   static const struct option opts[] = {{"root", required_argument, NULL, 'r'},
                                        {"help", no_argument, NULL, 'h'},
+                                       {"version", no_argument, NULL, 'V'},
                                        {NULL, 0, NULL, 0}};
   opterr = 0;  /* errors are ours to print, on one line */
   int c;
@@ -51,6 +63,9 @@ int main(int argc, char **argv)
       break;
     case 'h':
       fputs(usage, stdout);
+      return 0;
+    case 'V':
+      printf("ploop-container %s\n", PLOOP_VERSION_STRING);
       return 0;
     default:
       fprintf(stderr, "ploop-container: bad option '%s' (see --help)\n", argv[optind - 1]);
@@ -70,6 +85,8 @@ int main(int argc, char **argv)
   for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
     if (strcmp(verb, verbs[i].name) != 0)
       continue;
+    if (ct_wants_help(argc - vi, argv + vi))
+      return ct_verb_help(verb);
     optind = 0;  /* each verb parses its own argv (argv[0] = the verb) */
     int rc = verbs[i].fn(argc - vi, argv + vi);
     if (rc < 0) {

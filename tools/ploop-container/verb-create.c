@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "container.h"
+#include "net.h"
 #include "error.h"
 #include "util.h"
 #include "verbs.h"
@@ -22,7 +23,10 @@ int verb_create(int argc, char **argv)
   static const struct option opts[] = {{"size", required_argument, NULL, 's'},
                                        {"from", required_argument, NULL, 'f'},
                                        {"disk", required_argument, NULL, 'd'},
+                                       {"net", required_argument, NULL, 'n'},
+                                       CT_NET_LONGOPTS,
                                        {NULL, 0, NULL, 0}};
+  struct ct_netcfg net = {0};
   uint64_t size = 2ull << 30;
   const char *from = "busybox";
   bool raw = false;
@@ -37,13 +41,29 @@ int verb_create(int argc, char **argv)
       if (strcmp(optarg, "ploop") != 0 && strcmp(optarg, "raw") != 0)
         return ct_usage("--disk: '%s' is not ploop or raw", optarg);
       raw = strcmp(optarg, "raw") == 0;
+    } else if (c == 'n') {
+      if (strcmp(optarg, "veth") != 0 && strcmp(optarg, "none") != 0)
+        return ct_usage("create --net: '%s' is not veth or none (host is chosen per run)", optarg);
+      net.veth = strcmp(optarg, "veth") == 0;
+      net.set = true;
     } else {
-      return ct_usage("create: bad option '%s' (see --help)", argv[optind - 1]);
+      int r = ct_net_opt(c, optarg, &net);
+      if (r < 0)
+        return -1;
+      if (r == 0)
+        return ct_usage("create: bad option '%s' (see --help)", argv[optind - 1]);
     }
   }
   if (argc - optind != 1)
     return ct_usage("usage: create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]");
-  return container_create(argv[optind], size, from, raw) < 0 ? -1 : 0;
+  if (ct_net_check(&net) < 0)
+    return -1;
+  if (container_create(argv[optind], size, from, raw) < 0)
+    return -1;
+  /* The network is part of the container, as its disk (net.h). */
+  if (net.set && ct_net_save(argv[optind], &net) < 0)
+    return ct_wrap("create %s", argv[optind]);
+  return 0;
 }
 
 int verb_destroy(int argc, char **argv)

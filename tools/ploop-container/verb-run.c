@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -19,12 +20,45 @@ static int usage_error(void)
   return -1;
 }
 
+/* --memory/--swap on the command line win over the limits `update` saved. */
+static bool memory_given;
+/* --net given: this run's network; else the one saved in the config (veth). */
+static bool net_given;
+
+/* What `update` saved in the config is the default of every run. */
+static int saved_limits(const char *name, struct ct_run_opts *o)
+{
+  struct ct_res saved;
+  if (ct_res_load(name, "config", &saved) < 0)
+    return -1;
+  ct_res_merge(&saved, &o->res);
+  o->res = saved;
+  char v[32];
+  if (!memory_given && ct_kv_get(name, "config", "memory", v, sizeof v) > 0) {
+    o->memory = strtoull(v, NULL, 10);
+    if (ct_kv_get(name, "config", "swap", v, sizeof v) > 0)
+      o->swap = strtoull(v, NULL, 10);
+  }
+  if (!net_given) {
+    struct ct_netcfg n;
+    if (ct_net_load(name, &n) < 0)
+      return -1;
+    if (n.veth) {
+      o->netcfg = n;
+      o->net = CT_NET_VETH;
+    }
+  }
+  ct_net_name(&o->netcfg, name);
+  return ct_run_opts_check(o);
+}
+
 static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
 {
   static const struct option opts[] = {
       {"memory", required_argument, NULL, 'm'}, {"swap", required_argument, NULL, 's'},
       {"pids", required_argument, NULL, 'p'},   {"hostname", required_argument, NULL, 'H'},
       {"net", required_argument, NULL, 'n'},    {"userns", no_argument, NULL, 'u'},
+      CT_RES_LONGOPTS, CT_SEC_LONGOPTS, CT_NET_LONGOPTS, CT_VOLUME_LONGOPTS,
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->pids = 1024;  /* fork bombs stop here unless asked otherwise */
@@ -59,17 +93,34 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
         o->net = CT_NET_NONE;
       else if (strcmp(optarg, "host") == 0)
         o->net = CT_NET_HOST;
+      else if (strcmp(optarg, "veth") == 0)
+        o->net = CT_NET_VETH;
       else
-        return ct_usage("--net: '%s' is not none or host", optarg);
+        return ct_usage("--net: '%s' is not none, host or veth", optarg);
+      net_given = true;
       break;
     case 'u':
       o->userns = true;
       break;
-    default:
-      return ct_usage("%s: bad option '%s' (see --help)", argv[0], argv[optind - 1]);
+    default: {
+      int r = ct_res_opt(c, optarg, argc, argv, &o->res);
+      if (r == 0)
+        r = ct_sec_opt(c, optarg, &o->sec);
+      if (r == 0)
+        r = ct_net_opt(c, optarg, &o->netcfg);
+      if (r == 0)
+        r = ct_volume_opt(c, optarg, &o->vol);
+      if (r < 0)
+        return -1;
+      if (r == 0)
+        return ct_usage("%s: bad option '%s' (see --help)", argv[0], argv[optind - 1]);
+    }
     }
   }
-  return ct_run_opts_check(o);
+  memory_given = o->memory || o->swap_set;
+  o->netcfg.veth = o->net == CT_NET_VETH;
+  o->netcfg.set = o->netcfg.set || o->netcfg.veth;
+  return ct_net_check(&o->netcfg);
 }
 
 static int start_detached(const char *name, int lock, const struct ct_run_opts *o, char **cmd)
@@ -116,7 +167,7 @@ int verb_run(int argc, char **argv)
   const char *name = argv[optind];
   static char *default_cmd[] = {"/bin/sh", NULL};
   char **cmd = optind + 1 < argc ? &argv[optind + 1] : default_cmd;
-  if (ct_require(name) < 0)
+  if (ct_require(name) < 0 || saved_limits(name, &o) < 0)
     return -1;
   cleanup_close int lock = ct_lock(name);
   if (lock < 0)
