@@ -33,6 +33,7 @@ struct ct_run_opts {
   enum ct_net net;
   bool userns;
   bool detach;
+  bool adopt_mount; /* the disk is mounted already, but for this run (migrate) */
 };
 
 /* Written by the monitor after launch, removed when it has cleaned up. */

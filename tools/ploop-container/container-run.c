@@ -21,6 +21,7 @@
 #include "error.h"
 #include "launch.h"
 #include "monitor.h"
+#include "runargs.h"
 #include "util.h"
 
 /* PLOOP_CONTAINER_TIMING=1: one stderr line with the time of each phase of
@@ -107,8 +108,10 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   if (container_recover(name) < 0)
     goto fail;
   phase("recover");
-  bool kept = disk_is_mounted(mnt);
-  if (!kept) {
+  /* adopt_mount: a migration mounted the disk for this run; it is ours to undo. */
+  bool kept = disk_is_mounted(mnt) && !o->adopt_mount;
+  mounted = o->adopt_mount;
+  if (!kept && !mounted) {
     if (disk_mount(diskdir, mnt) < 0)
       goto fail;
     mounted = true;
@@ -141,6 +144,7 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
     waitpid(p.pid, NULL, 0);
     goto fail;
   }
+  ct_runargs_save(name, o, argv);  /* for migrate; a run goes on without it */
   phase("launch");
   ready(ready_fd, "ok");
   ready_fd = -1;

@@ -21,8 +21,11 @@ static const char usage[] =
     "  mount NAME [--snapshot ID DIR]      keep the disk mounted / mount a snapshot read-only\n"
     "  umount NAME [DIR]\n"
     "  destroy NAME\n"
+    "  migrate NAME ADDR:PORT [--offline] [--keep-source] [--json] ...  (migrate --help)\n"
+    "  migrate --resolve NAME [--commit | --abort]\n"
+    "  receive --listen ADDR:PORT [--once]  (receive --help)\n"
     "exit codes: the container's status for run/exec; else 0 ok, 1 failure, 2 bad usage,\n"
-    "3 no such container, 4 container busy or running\n";
+    "3 no such container, 4 container busy or running, 5 migration in doubt\n";
 
 static const struct {
   const char *name;
@@ -32,6 +35,7 @@ static const struct {
     {"exec", verb_exec},     {"stop", verb_stop},     {"list", verb_list},
     {"freeze", verb_freeze}, {"thaw", verb_freeze},   {"snapshot", verb_snapshot},
     {"mount", verb_mount},   {"umount", verb_mount},  {"destroy", verb_destroy},
+    {"migrate", verb_migrate}, {"receive", verb_receive},
 };
 
 int main(int argc, char **argv)

@@ -12,5 +12,7 @@ int verb_freeze(int argc, char **argv); /* freeze and thaw */
 int verb_snapshot(int argc, char **argv);
 int verb_mount(int argc, char **argv);  /* mount and umount */
 int verb_destroy(int argc, char **argv);
+int verb_migrate(int argc, char **argv);
+int verb_receive(int argc, char **argv);
 
 #endif
