@@ -46,6 +46,23 @@ void mig_test_hook(const char *phase)
 
 static double ms_since(uint64_t t) { return (double)(now_ns() - t) / 1e6; }
 
+/* PLOOP_MIGRATE_TIMING=1: one stderr line with the steps of the downtime. */
+static struct {
+  uint64_t last;
+  char line[512];
+} timing;
+
+static void step(const char *name)
+{
+  if (!getenv("PLOOP_MIGRATE_TIMING"))
+    return;
+  uint64_t t = now_ns();
+  size_t n = strlen(timing.line);
+  if (name && timing.last)
+    snprintf(timing.line + n, sizeof timing.line - n, " %s=%.1fms", name, (double)(t - timing.last) / 1e6);
+  timing.last = t;
+}
+
 /* One round: ROUND message, one disk stream of GUID (since the previous
  * round's snapshot), the destination's ack naming the same GUID. */
 static int send_round(struct src *s, unsigned round, const char *guid, bool final)
@@ -115,32 +132,39 @@ static int live_rounds(struct src *s)
 static int frozen_round(struct src *s)
 {
   s->t_freeze = now_ns();
+  step(NULL);
   if (cg_freeze(&s->cg, true) < 0)
     return ct_wrap("freeze %s", s->o->name);
   s->frozen = true;
+  step("freeze");
   /* Every write the processes made reaches the loop device and, through
    * FUSE, the daemon; the snapshot then holds them (FIFREEZE inside
    * ploop_attach_snapshot leaves a clean journal). */
   cleanup_close int mfd = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (mfd < 0 || syncfs(mfd) < 0)
     return ct_fail(errno, "sync the filesystem of %s", s->o->name);
+  step("syncfs");
   char guid[PLOOP_UUID_LEN + 1];
   if (ploop_attach_snapshot(s->mnt, NULL, guid) < 0)
     return ct_fail(0, "final snapshot: %s", ploop_get_error());
+  step("snapshot");
   snprintf(s->rec.snaps[s->rec.n_snaps++], sizeof s->rec.snaps[0], "%s", guid);
   s->rec.was_frozen = true;
   /* not durable: an fsync here would be downtime; a crash now loses only
    * this snapshot's name, and the disk is whole either way */
   if (mig_record_save(s->o->name, &s->rec, false) < 0)
     return -1;
-  return send_round(s, s->r->n_rounds, guid, true);
+  int rc = send_round(s, s->r->n_rounds, guid, true);
+  step("round");
+  return rc;
 }
 
 static int offline_round(struct src *s)
 {
   if (s->running) {
     s->t_freeze = now_ns();
-    if (container_stop(s->o->name, 10) < 0)
+    /* SIGTERM grace within the receiver's patience (it counts silence) */
+    if (container_stop(s->o->name, s->o->timeout_s / 2) < 0)
       return ct_wrap("stop %s", s->o->name);
     s->stopped_offline = true;
   } else {
@@ -181,6 +205,7 @@ static int commit(struct src *s)
   cleanup_free char *ready = NULL;
   if (mig_expect(s->fd, MIG_READY, &ready, NULL) < 0)
     return ct_wrap("prepare");
+  step("prepare");
   mig_test_hook("ready");
   snprintf(s->rec.phase, sizeof s->rec.phase, "committing");
   if (mig_record_save(s->o->name, &s->rec, true) < 0)
@@ -193,6 +218,9 @@ static int commit(struct src *s)
   if (mig_expect(s->fd, MIG_COMMITTED, &ans, NULL) < 0)
     return CT_EXIT_IN_DOUBT;
   s->r->downtime_ms = ms_since(s->t_freeze);
+  step("commit");
+  if (getenv("PLOOP_MIGRATE_TIMING"))
+    fprintf(stderr, "ploop-container: migrate timing:%s\n", timing.line);
   char state[32], err[512];
   if (mig_kv(ans, "state", state, sizeof state) && strcmp(state, "running") == 0)
     return 0;
