@@ -72,7 +72,8 @@ WRITER='i=0; [ -s /log ] && i=$(tail -n 1 /log | cut -d" " -f1); while true; do 
 start_writer() {
   src create "$1" --size "${2:-256M}" >/dev/null
   src start "$1" --memory 64M -- /bin/sh -c "$WRITER"
-  tail -n +1 -F "$SRC/$1/console.log" >"$TMP/acks" 2>/dev/null &
+  [[ -z ${_tail_pid:-} ]] || kill "$_tail_pid" 2>/dev/null || true
+  tail -n +1 -f "$SRC/$1/console.log" >"$TMP/acks" 2>/dev/null &
   _tail_pid=$!
   cleanup "kill $_tail_pid 2>/dev/null || true"
   local i
@@ -138,12 +139,12 @@ assert_source_intact() {
   [[ ! -e $SRC/$name/migration ]] || fail "migration record left on the source: $(cat "$SRC/$name/migration")"
   [[ $(n_images "$SRC/$name/disk") -eq $images ]] ||
     fail "temporary snapshots left on the source: $("$PLOOP" snapshot-list "$SRC/$name/disk")"
+  local ack
   n1=$(check_log "$SRC/$name/rootfs/log") || fail "source log broken"
   sleep 0.5
+  ack=$(last_ack)  # before the log: every ack printed by now is in it
   n2=$(check_log "$SRC/$name/rootfs/log") || fail "source log broken"
   ((n2 > n1)) || fail "the writer on the source does not go on ($n1 -> $n2)"
-  local ack
-  ack=$(last_ack)
   ((n2 >= ack)) || fail "acknowledged record $ack is not in the source's log ($n2)"
 }
 
