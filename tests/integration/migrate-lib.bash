@@ -110,9 +110,16 @@ last_ack() { grep -a '^ack ' "$TMP/acks" | tail -n 1 | cut -d' ' -f2; }
 start_receiver() {
   local listen=${1:-$ADDR_B:$PORT}
   : >"$TMP/recv.out"
-  in_b "$PLOOP_CONTAINER" --root "$DST" receive --listen "$listen" --once --timeout "${MIG_TIMEOUT:-5}" \
-    >"$TMP/recv.out" 2>"$TMP/recv.err" &
-  RECV_PID=$!
+  # A wrapper outside our job table (a killed job would print "Killed" into
+  # whatever stderr the test has then) records the receiver's pid and status.
+  rm -f "$TMP/recv.pid" "$TMP/recv.rc"
+  setsid -f sh -c 'nsenter --net=/run/netns/"$1" "$2" --root "$3" receive --listen "$4" --once --timeout "$5" \
+    >"$6/recv.out" 2>"$6/recv.err" & echo $! >"$6/recv.pid.tmp"; mv "$6/recv.pid.tmp" "$6/recv.pid"; wait $!; echo $? >"$6/recv.rc.tmp"; mv "$6/recv.rc.tmp" "$6/recv.rc"' \
+    sh "$NS_B" "$PLOOP_CONTAINER" "$DST" "$listen" "${MIG_TIMEOUT:-5}" "$TMP" 2>/dev/null
+  local j
+  for j in $(seq 100); do [[ -s $TMP/recv.pid ]] && break; sleep 0.05; done
+  RECV_PID=$(cat "$TMP/recv.pid")
+  cleanup "kill -9 $RECV_PID 2>/dev/null || true"
   local i
   for i in $(seq 100); do grep -q receiving "$TMP/recv.out" && return 0; sleep 0.05; done
   fail "receiver did not start: $(cat "$TMP/recv.err")"
@@ -160,7 +167,24 @@ assert_dest_empty() {
 
 # wait_receiver: the receiver's exit status (it ends after one migration).
 wait_receiver() {
-  local rc=0
-  wait "$RECV_PID" || rc=$?
-  echo "$rc"
+  local i
+  for i in $(seq 600); do [[ -s $TMP/recv.rc ]] && break; sleep 0.1; done
+  [[ -s $TMP/recv.rc ]] || fail "the receiver did not end"
+  cat "$TMP/recv.rc"
+}
+
+# fault_case PHASE HOOK [MIGRATE ARGS...]: a migration of web whose hook
+# (run by the source at PHASE) causes a real fault; it must fail with one
+# line and not "in doubt". The receiver's exit status goes to $RECV_RC.
+fault_case() {
+  local phase=$1 hook=$2 rc=0
+  shift 2
+  start_receiver
+  PLOOP_MIGRATE_HOOK_PHASE=$phase PLOOP_MIGRATE_HOOK=$hook migrate web --min-round 0 --max-rounds 3 "$@" \
+    >"$TMP/out" 2>"$TMP/err" || rc=$?
+  ((rc != 0)) || fail "$phase: migrate succeeded despite the fault: $(cat "$TMP/out")"
+  ((rc != 5)) || fail "$phase: in doubt, though COMMIT was never sent: $(cat "$TMP/err")"
+  [[ $(grep -c . "$TMP/err") -eq 1 ]] || fail "$phase: expected one line, got: $(cat "$TMP/err")"
+  echo "$phase: source said: $(cat "$TMP/err")"
+  RECV_RC=$(wait_receiver)
 }

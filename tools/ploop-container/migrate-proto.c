@@ -35,13 +35,21 @@ uint64_t mig_xxh3(const void *buf, size_t len) { return XXH3_64bits(buf, len); }
 
 int mig_set_timeout(int fd, unsigned seconds)
 {
+  /* SO_RCVTIMEO/SO_SNDTIMEO bound our own message waits. The disk streams
+   * wait in poll(), which those do not reach: there TCP_USER_TIMEOUT aborts
+   * a connection whose data (or, with keepalive, whose probes) went
+   * unacknowledged for SECONDS, and poll wakes up with the error. */
   struct timeval tv = {.tv_sec = seconds};
   unsigned ms = seconds * 1000;
+  int one = 1, idle = seconds > 2 ? (int)seconds / 2 : 1, intvl = 1, cnt = (int)seconds + 1;
   if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0 ||
       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) < 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) < 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) < 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) < 0 ||
       setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) < 0)
     return ct_fail(errno, "socket timeouts");
-  int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   return 0;
 }

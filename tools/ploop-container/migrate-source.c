@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +212,16 @@ static int commit(struct src *s)
   snprintf(s->rec.phase, sizeof s->rec.phase, "committing");
   if (mig_record_save(s->o->name, &s->rec, true) < 0)
     return -1;
+  /* A peer that hung up (or spoke out of turn) cannot take COMMIT: that is a
+   * plain failure, not doubt. */
+  struct pollfd pfd = {.fd = s->fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&pfd, 1, 0) != 0) {
+    unsigned t;
+    cleanup_free char *junk = NULL;
+    if (mig_recv(s->fd, &t, &junk, NULL) == 0)
+      ct_fail(0, "protocol error: %s before COMMIT", mig_type_name(t));
+    return ct_wrap("before COMMIT");
+  }
   /* From here until the answer the outcome is not ours to know. */
   if (mig_send_text(s->fd, MIG_COMMIT, "") < 0)
     return CT_EXIT_IN_DOUBT;
@@ -292,6 +304,7 @@ static void roll_back(struct src *s)
 int migrate_source(const struct mig_opts *o, struct mig_result *r)
 {
   memset(r, 0, sizeof *r);
+  signal(SIGPIPE, SIG_IGN);  /* a dead peer is an error to roll back from, not our death */
   struct src s = {.o = o, .r = r, .fd = -1};
   s.t0 = now_ns();
   s.diskdir = ct_path(o->name, "disk");
@@ -323,9 +336,11 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r)
   if (rc < 0)
     goto fail;
   if (rc == CT_EXIT_IN_DOUBT) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", ct_error());
     ct_fail(0, "%s: in doubt: COMMIT was sent but the destination's answer was lost (%s); the "
                "container stays %s here: run `ploop-container migrate --resolve %s`",
-            o->name, ct_error(), s.running && !o->offline ? "frozen" : "stopped", o->name);
+            o->name, why, s.running && !o->offline ? "frozen" : "stopped", o->name);
     ct_set_error_code(CT_EXIT_IN_DOUBT);
     goto out;
   }
@@ -352,7 +367,13 @@ fail:
     close(s.fd);
     s.fd = -1;
   }
+  ct_wrap("migrate %s to %s", o->name, o->dest);
   roll_back(&s);
+  if (ct_error_code() == CT_EXIT_FAIL) { /* usage and not-found keep their codes */
+    char why[1200];
+    snprintf(why, sizeof why, "%s", ct_error());
+    ct_fail(0, "%s; %s %s here", why, o->name, s.running ? "runs on" : "stays");
+  }
   rc = -1;
 out:
   if (s.fd >= 0)
