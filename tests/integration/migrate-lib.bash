@@ -125,11 +125,24 @@ start_receiver() {
   fail "receiver did not start: $(cat "$TMP/recv.err")"
 }
 
+# start_relay OFFSET [TRIGGER]: the bit-flipping relay in the destination
+# netns, in front of the receiver; migrations go through it.
+start_relay() {
+  local rport=$((PORT + 10))
+  in_b python3 "$TOP/tests/integration/migrate-relay.py" "$ADDR_B:$rport" "$ADDR_B:$PORT" "$1" \
+    ${2:+--trigger "$2"} >"$TMP/relay.out" 2>&1 &
+  cleanup "kill $! 2>/dev/null || true"
+  MIG_TARGET=$ADDR_B:$rport
+  local i
+  for i in $(seq 100); do grep -q relaying "$TMP/relay.out" && return 0; sleep 0.05; done
+  fail "relay did not start: $(cat "$TMP/relay.out")"
+}
+
 # migrate NAME [ARGS...]: from the source netns to the receiver.
 migrate() {
   local name=$1
   shift
-  in_a "$PLOOP_CONTAINER" --root "$SRC" migrate "$name" "$ADDR_B:$PORT" --timeout "${MIG_TIMEOUT:-5}" "$@"
+  in_a "$PLOOP_CONTAINER" --root "$SRC" migrate "$name" "${MIG_TARGET:-$ADDR_B:$PORT}" --timeout "${MIG_TIMEOUT:-5}" "$@"
 }
 
 state_of() { "$PLOOP_CONTAINER" --root "$1" list | awk -v n="$2" '$1 == n {print $2}'; }
@@ -185,6 +198,6 @@ fault_case() {
   ((rc != 0)) || fail "$phase: migrate succeeded despite the fault: $(cat "$TMP/out")"
   ((rc != 5)) || fail "$phase: in doubt, though COMMIT was never sent: $(cat "$TMP/err")"
   [[ $(grep -c . "$TMP/err") -eq 1 ]] || fail "$phase: expected one line, got: $(cat "$TMP/err")"
-  echo "$phase: source said: $(cat "$TMP/err")"
+  echo "$phase: source said: $(cat "$TMP/err")"; echo "   receiver said: $(cat "$TMP/recv.err")"
   RECV_RC=$(wait_receiver)
 }

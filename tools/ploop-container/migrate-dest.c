@@ -256,6 +256,20 @@ static int on_query(int fd, const char *q)
   return mig_send_text(fd, MIG_STATUS, ans);
 }
 
+/* After our ERROR: half-close and swallow what the source still sends for a
+ * moment, so that our close does not reset the connection (a reset may drop
+ * the ERROR from the source's queue unread, and with it the reason). */
+static void linger_close(int fd)
+{
+  shutdown(fd, SHUT_WR);
+  struct timeval tv = {.tv_sec = 1};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[65536];
+  uint64_t until = now_ns() + 2000000000ull;
+  while (now_ns() < until && read(fd, buf, sizeof buf) > 0) {
+  }
+}
+
 /* One connection. Returns 1 for a query, 0 committed, -1 failed. */
 static int serve(int fd, unsigned timeout_s)
 {
@@ -310,8 +324,10 @@ static int serve(int fd, unsigned timeout_s)
 fail:
   free(msg);
   ct_wrap("receive %s", d.name[0] ? d.name : "migration");
-  if (!peer_failed)
+  if (!peer_failed) {
     mig_send_error(fd, ct_error());
+    linger_close(fd);
+  }
 out:
   if (d.lock >= 0)
     close(d.lock);

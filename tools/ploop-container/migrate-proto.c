@@ -277,8 +277,14 @@ void mig_send_error(int fd, const char *msg)
     return;
   struct timeval tv = {.tv_sec = 2};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  size_t n = strlen(msg);
-  mig_send(fd, MIG_ERROR, msg, n > 4000 ? 4000 : n);
+  char keep[1200];  /* MSG is usually the current error, which a failed send would replace */
+  snprintf(keep, sizeof keep, "%s", msg);
+  int code = ct_error_code();
+  size_t n = strlen(keep);
+  if (mig_send(fd, MIG_ERROR, keep, n) < 0) {
+    ct_fail(0, "%s", keep);
+    ct_set_error_code(code);
+  }
 }
 
 const char *mig_kv(const char *text, const char *key, char *buf, size_t len)

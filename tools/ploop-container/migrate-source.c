@@ -284,6 +284,28 @@ static int check_can_migrate(struct src *s)
   return 0;
 }
 
+/* A write that failed because the destination gave up: its ERROR message
+ * (why: disk full, bad checksum...) is likely waiting unread; it is the
+ * better reason to report. */
+static void peer_reason(int fd)
+{
+  char ours[1200];
+  snprintf(ours, sizeof ours, "%s", ct_error());
+  if (strstr(ours, "peer: "))
+    return;
+  struct pollfd pfd = {.fd = fd, .events = POLLIN};
+  unsigned t;
+  char *msg = NULL;
+  if (poll(&pfd, 1, 1000) == 1 && mig_recv(fd, &t, &msg, NULL) < 0 && strncmp(ct_error(), "peer: ", 6) == 0) {
+    char theirs[1200];
+    snprintf(theirs, sizeof theirs, "%s", ct_error() + 6);
+    ct_fail(0, "the destination failed: %s", theirs);
+  } else {
+    ct_fail(0, "%s", ours);
+  }
+  free(msg);
+}
+
 /* Undoes our side after a failure before COMMIT. The error is kept. */
 static void roll_back(struct src *s)
 {
@@ -363,6 +385,7 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r)
   goto out;
 fail:
   if (s.fd >= 0) {
+    peer_reason(s.fd);
     mig_send_error(s.fd, ct_error());
     close(s.fd);
     s.fd = -1;
