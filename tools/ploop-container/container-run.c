@@ -223,6 +223,12 @@ int container_stop(const char *name, unsigned timeout_s)
   struct ct_state st;
   if (running_state(name, &st) < 0)
     return -1;
+  /* stop thaws first: in a migration's in-doubt window that would run a
+   * second copy, if only for its SIGTERM handler */
+  cleanup_free char *mig = ct_path(name, "migration");
+  char rec[512];
+  if (access(mig, F_OK) == 0 && read_file(mig, rec, sizeof rec) > 0 && strstr(rec, "phase=committing"))
+    return ct_usage("%s is in doubt after a migration: settle it with `migrate --resolve %s`", name, name);
   struct ct_cgroup cg;
   if (cg_init(&cg, name) < 0)
     return -1;
