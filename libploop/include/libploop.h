@@ -316,28 +316,37 @@ struct ploop_send_opts {
   ploop_progress_fn progress;
   void *opaque;
 };
-/* Writes exactly one stream of the disk's state to FD (a file, pipe or
- * socket; short writes and EINTR handled) and never closes FD. Sending a
- * snapshot (GUID given) takes only the shared reader lock, so it works
- * while the disk is served read-write (ploop-nbd). "Changed after SINCE" =
- * the clusters the deltas above SINCE up to the sent state hold. O may be
- * NULL (full send of the top); ST may be NULL. */
+/* Both ends handle short reads and writes, EINTR and non-blocking fds. On
+ * a socket, writes use MSG_NOSIGNAL (a vanished peer is an EPIPE error, not
+ * a SIGPIPE; on a pipe the caller ignores SIGPIPE itself), and a blocking
+ * socket's SO_RCVTIMEO / SO_SNDTIMEO running out ends the transfer with
+ * ETIMEDOUT: the caller's way to bound a stalled peer.
+ *
+ * ploop_send writes exactly one stream of the disk's state to FD (a file,
+ * pipe or socket) and never closes FD. Sending a snapshot (GUID given)
+ * takes only the shared reader lock, so it works while the disk is served
+ * read-write (ploop-nbd). The top (GUID NULL; it must not be in use) is
+ * sent under a new GUID, reported in ST->guid. "Changed after SINCE" = the
+ * clusters the deltas above SINCE up to the sent state hold. O may be NULL
+ * (full send of the top); ST may be NULL. */
 int ploop_send(const char *dir_or_xml, const struct ploop_send_opts *o, int fd, struct ploop_stream_stats *st);
 
 struct ploop_receive_opts {
   ploop_progress_fn progress;
   void *opaque;
 };
-/* Reads exactly one stream from FD, never past its end frame (other data
- * may follow on FD), verifying every checksum as frames arrive.
+/* ploop_receive reads exactly one stream from FD, never past its end frame
+ * (other data may follow on FD), verifying every checksum as frames arrive.
  * A full stream creates the disk in DIR (absent or empty): the sent state
- * becomes a snapshot with the sent GUID, a new empty top above it. An
- * incremental stream applies to a DIR whose newest snapshot is the
- * stream's base with an empty top above it; the sent state becomes the
- * next snapshot. On any error a full receive removes what it made and an
- * incremental one leaves DIR as it was. RECEIVED_GUID (may be NULL) gets
- * the GUID of the state now held, braced as everywhere in libploop: it
- * must hold PLOOP_UUID_LEN+1 = 39 bytes (not 37). */
+ * becomes a snapshot with the sent GUID, a new empty top above it. It is
+ * built in a hidden ".NAME.receive-XXXXXX" beside DIR and renamed to DIR at
+ * the end, so even a killed receive leaves DIR as it was. An incremental
+ * stream applies to a DIR whose newest snapshot is the stream's base with
+ * an empty top above it; the sent state becomes the next snapshot. On any
+ * error a full receive removes what it made and an incremental one leaves
+ * DIR as it was. RECEIVED_GUID (may be NULL) gets the GUID of the state now
+ * held, braced as everywhere in libploop: it must hold PLOOP_UUID_LEN+1 =
+ * 39 bytes (not 37). */
 int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, struct ploop_stream_stats *st,
                   char *received_guid);
 

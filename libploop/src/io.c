@@ -125,7 +125,19 @@ void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, voi
   a->inflight++;
 }
 
+static int reap(struct ploop_aio *a, unsigned *slots, bool *failed, bool wait);
+
 int aio_reap(struct ploop_aio *a, unsigned *slots, bool *failed)
+{
+  return reap(a, slots, failed, true);
+}
+
+int aio_poll(struct ploop_aio *a, unsigned *slots, bool *failed)
+{
+  return reap(a, slots, failed, false);
+}
+
+static int reap(struct ploop_aio *a, unsigned *slots, bool *failed, bool wait)
 {
   int err = 0;
   while (a->n) {
@@ -151,8 +163,9 @@ int aio_reap(struct ploop_aio *a, unsigned *slots, bool *failed)
   if (!a->inflight)
     return 0;
   int rc;
+  struct timespec zero = {0, 0};
   do
-    rc = io_getevents(a->ctx, 1, (long)a->inflight, a->events, NULL);
+    rc = io_getevents(a->ctx, wait ? 1 : 0, (long)a->inflight, a->events, wait ? NULL : &zero);
   while (rc == -EINTR);
   if (rc < 0)
     return ploop_error(PLOOP_ERR_IO, -rc, "io_getevents: %s", strerror(-rc));

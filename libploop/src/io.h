@@ -41,6 +41,9 @@ int aio_run(struct ploop_aio *a);
 void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, void *buf, size_t len, uint64_t off,
                int write);
 int aio_reap(struct ploop_aio *a, unsigned *slots, bool *failed);
+/* aio_reap without the wait: submits what was started and returns the
+ * completions already there (0 when none). */
+int aio_poll(struct ploop_aio *a, unsigned *slots, bool *failed);
 
 /* Writeback of a file written through the page cache, started by a thread
  * beside the copy loop that writes it. sync_file_range blocks while the

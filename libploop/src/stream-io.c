@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
@@ -54,8 +56,8 @@ int stream_header_decode(const struct ploop_stream_header *raw, struct stream_he
   memset(h, 0, sizeof *h);
   h->version = le32toh(raw->version);
   if (h->version != PLOOP_STREAM_VERSION)
-    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: version %u is not supported (this is %u)", h->version,
-                       PLOOP_STREAM_VERSION);
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: version %u is not supported (this is %u)",
+                       h->version, PLOOP_STREAM_VERSION);
   if (le64toh(raw->checksum) != stream_hash(raw, offsetof(struct ploop_stream_header, checksum)))
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: checksum mismatch");
   if (le32toh(raw->header_bytes) != sizeof *raw)
@@ -101,8 +103,8 @@ void stream_frame_encode(struct stream_frame *f, struct ploop_stream_frame *raw)
 
 #define BAD(...) ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: " __VA_ARGS__)
 
-int stream_frame_decode(const struct ploop_stream_frame *raw, const struct stream_header *h, uint64_t frame_no,
-                        struct stream_frame *f)
+int stream_frame_decode(const struct ploop_stream_frame *raw, const struct stream_header *h,
+                        uint64_t frame_no, struct stream_frame *f)
 {
   unsigned long long n = frame_no;
   if (le32toh(raw->magic) != PLOOP_FRAME_MAGIC)
@@ -160,15 +162,35 @@ int stream_write_full(struct stream_fd *s, const void *buf, size_t len)
   return stream_writev_full(s, buf, len, NULL, 0);
 }
 
-/* Waits until FD can take more: a non-blocking socket or pipe handed to us
- * (EAGAIN) is written as a blocking one would be. */
+/* EAGAIN: a non-blocking fd handed to us is waited for, as a blocking one
+ * would be; on a blocking socket it is the caller's SO_RCVTIMEO/SO_SNDTIMEO
+ * running out, which ends the transfer (a migration's way to bound a stall). */
 static int wait_fd(int fd, short ev)
 {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || !(fl & O_NONBLOCK)) {
+    errno = ETIMEDOUT;
+    return -1;
+  }
   struct pollfd p = {.fd = fd, .events = ev};
   while (poll(&p, 1, -1) < 0)
     if (errno != EINTR)
       return -1;
   return 0;
+}
+
+/* A socket is written with MSG_NOSIGNAL: a peer that went away is an
+ * error for the caller, not a SIGPIPE that kills its process. */
+static ssize_t write_some(struct stream_fd *s, struct iovec *v, int cnt)
+{
+  if (!s->not_socket) {
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)cnt};
+    ssize_t w = sendmsg(s->fd, &m, MSG_NOSIGNAL);
+    if (w >= 0 || errno != ENOTSOCK)
+      return w;
+    s->not_socket = true;
+  }
+  return writev(s->fd, v, cnt);
 }
 
 int stream_writev_full(struct stream_fd *s, const void *a, size_t alen, const void *b, size_t blen)
@@ -178,7 +200,7 @@ int stream_writev_full(struct stream_fd *s, const void *a, size_t alen, const vo
   int cnt = blen ? 2 : 1;
   size_t left = alen + blen;
   while (left) {
-    ssize_t w = writev(s->fd, v, cnt);
+    ssize_t w = write_some(s, v, cnt);
     if (w < 0) {
       if (errno == EINTR)
         continue;

@@ -5,6 +5,7 @@
  * nothing the disk's descriptor names has changed, so a failure only has
  * to remove the new files. */
 #include <dirent.h>
+#include <libgen.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -35,13 +36,15 @@ struct wslot {
 
 struct receiver {
   char dir[PATH_MAX];
-  bool full, made_dir, made_lock;
+  bool full, made_lock;
+  bool staging; /* full: R->dir is a hidden directory renamed to final_dir at the end */
+  char final_dir[PATH_MAX];
   int lock;
   struct stream_fd in;
   struct stream_header h;
   uint64_t cb, clusters;
-  struct ploop_descriptor *desc; /* incremental: the disk's, loaded under the lock */
-  char old_top[PATH_MAX];        /* incremental: the empty top replaced at the end */
+  struct ploop_descriptor *desc;                     /* incremental: the disk's, loaded under the lock */
+  char old_top[PATH_MAX];                            /* incremental: the empty top replaced at the end */
   char base_file[NAME_MAX + 1 - PLOOP_UUID_LEN - 1]; /* new deltas: "<base_file>.{uuid}" */
   struct layer layers[PLOOP_MAX_DELTAS];
   unsigned n_layers;
@@ -67,12 +70,13 @@ static struct ploop_delta *cur_delta(struct receiver *r)
   return r->layers[r->n_layers - 1].d;
 }
 
-/* Waits for at least one write; publishes the clusters that are done. */
-static int reap(struct receiver *r)
+/* Submits the writes started, collects the finished ones (waiting for at
+ * least one when WAIT) and publishes their clusters. */
+static int collect(struct receiver *r, bool wait)
 {
   unsigned fin[RECV_MAX_DEPTH];
   bool failed[RECV_MAX_DEPTH];
-  int got = aio_reap(&r->aio, fin, failed);
+  int got = wait ? aio_reap(&r->aio, fin, failed) : aio_poll(&r->aio, fin, failed);
   if (got < 0)
     return -1;
   int rc = 0;
@@ -90,7 +94,7 @@ static int reap(struct receiver *r)
 static int drain(struct receiver *r)
 {
   int rc = 0, got;
-  while ((got = reap(r)) != 0)
+  while ((got = collect(r, true)) != 0)
     if (got < 0)
       rc = -1;
   return rc;
@@ -102,7 +106,7 @@ static int free_slot(struct receiver *r)
     for (unsigned s = 0; s < r->depth; s++)
       if (!r->slot[s].busy)
         return (int)s;
-    if (reap(r) < 0)
+    if (collect(r, true) < 0)
       return -1;
   }
 }
@@ -131,7 +135,8 @@ static int start_write(struct receiver *r, unsigned s, uint64_t vc, const uint8_
   }
   w->busy = true;
   aio_start(&r->aio, s, d->fd, d->path, (void *)buf, r->cb, w->off, 1);
-  return 0;
+  /* Out at once: the disk works while the next frames arrive. */
+  return collect(r, false) < 0 ? -1 : 0;
 }
 
 static int mark_seen(struct receiver *r, uint64_t vc)
@@ -185,7 +190,8 @@ static int open_layer(struct receiver *r, const char *guid, const char *parent, 
 {
   const char *want = r->n_layers ? r->layers[r->n_layers - 1].guid : r->h.base_guid;
   if (strcmp(parent, want))
-    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: snapshot %s has parent %s, expected %s",
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
+                       "stream: frame %llu: snapshot %s has parent %s, expected %s",
                        (unsigned long long)frame, guid, parent, want);
   if (!strcmp(guid, PLOOP_NULL_GUID) || !strcmp(guid, PLOOP_TOP_GUID))
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: reserved snapshot GUID %s",
@@ -317,11 +323,13 @@ static int read_frames(struct receiver *r)
     struct stream_frame f;
     char what[64];
     snprintf(what, sizeof what, "frame %llu", (unsigned long long)r->frames);
-    if (stream_read_full(&r->in, &raw, sizeof raw, what) < 0 || stream_frame_decode(&raw, &r->h, r->frames, &f) < 0)
+    if (stream_read_full(&r->in, &raw, sizeof raw, what) < 0 ||
+        stream_frame_decode(&raw, &r->h, r->frames, &f) < 0)
       return -1;
     unsigned long long n = r->frames;
     if (f.type != PLOOP_FRAME_SNAPSHOT && f.type != PLOOP_FRAME_END && !r->n_layers)
-      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: data before the first snapshot frame", n);
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
+                         "stream: frame %llu: data before the first snapshot frame", n);
     if ((f.type == PLOOP_FRAME_DATA || f.type == PLOOP_FRAME_ZERO) && r->round_closed)
       return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: data after the end of its round", n);
     switch (f.type) {
@@ -340,7 +348,8 @@ static int read_frames(struct receiver *r)
       if (stream_hash(&shot, sizeof shot) != f.payload_hash)
         return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: payload checksum mismatch", n);
       if (r->n_layers && !r->round_closed)
-        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: snapshot before the end of a round", n);
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
+                           "stream: frame %llu: snapshot before the end of a round", n);
       char g[PLOOP_UUID_LEN + 1], p[PLOOP_UUID_LEN + 1];
       stream_guid_from_wire(shot.guid, g);
       stream_guid_from_wire(shot.parent, p);
@@ -363,8 +372,8 @@ static int read_frames(struct receiver *r)
       if (f.arg != r->frames || f.length != r->data_frames)
         return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: end frame counts disagree", n);
       if (strcmp(r->layers[r->n_layers - 1].guid, r->h.guid))
-        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: last snapshot is not the stream's %s",
-                           n, r->h.guid);
+        return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
+                           "stream: frame %llu: last snapshot is not the stream's %s", n, r->h.guid);
       return 0;
     }
     round_add(r, &f);
@@ -385,27 +394,55 @@ static int dir_is_empty(const char *dir)
   return empty;
 }
 
+/* A full receive builds the disk in a hidden directory beside DIR
+ * (".NAME.receive-XXXXXX") and renames it to DIR at the end (rename(2)
+ * replaces an empty directory), so even a receive killed half-way leaves
+ * DIR as it was. Where DIR is an empty mount point (another file system)
+ * the disk is built in DIR itself. */
 static int prepare_full(struct receiver *r, const char *dir)
 {
-  struct stat sb;
-  if (stat(dir, &sb) == 0) {
+  struct stat sb, pb;
+  bool exists = stat(dir, &sb) == 0;
+  if (exists) {
     if (!S_ISDIR(sb.st_mode))
       return ploop_error(PLOOP_ERR_PARAM, ENOTDIR, "%s: not a directory", dir);
     int e = dir_is_empty(dir);
     if (e <= 0)
       return e < 0 ? -1
-                   : ploop_error(PLOOP_ERR_PARAM, ENOTEMPTY,
-                                 "%s: not empty; a full stream makes a new disk (an incremental one needs --since)",
-                                 dir);
+                   : ploop_error(
+                         PLOOP_ERR_PARAM, ENOTEMPTY,
+                         "%s: not empty; a full stream makes a new disk (an incremental one needs --since)",
+                         dir);
   } else if (errno != ENOENT) {
     return ploop_error_os(dir, "stat");
-  } else if (mkdir(dir, 0755) < 0) {
-    return ploop_error_os(dir, "create directory");
-  } else {
-    r->made_dir = true;
   }
-  if (!realpath(dir, r->dir))
-    return ploop_error_os(dir, "resolve");
+  char *c1 = ploop_strdup(dir), *c2 = ploop_strdup(dir);
+  if (!c1 || !c2) {
+    free(c1);
+    free(c2);
+    return -1;
+  }
+  char parent[PATH_MAX], name[NAME_MAX + 1];
+  bool ok = realpath(dirname(c1), parent) != NULL;
+  snprintf(name, sizeof name, "%s", basename(c2));
+  free(c1);
+  free(c2);
+  if (!ok)
+    return ploop_error_os(dir, "resolve the parent directory");
+  if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, "/"))
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: name the new disk's directory", dir);
+  if ((size_t)snprintf(r->final_dir, sizeof r->final_dir, "%s/%s", parent, name) >= sizeof r->final_dir)
+    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: path too long", dir);
+  if (!exists || (stat(parent, &pb) == 0 && pb.st_dev == sb.st_dev)) {
+    if ((size_t)snprintf(r->dir, sizeof r->dir, "%s/.%.200s.receive-XXXXXX", parent, name) >= sizeof r->dir)
+      return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: path too long", dir);
+    if (!mkdtemp(r->dir))
+      return ploop_error_os(r->dir, "create directory");
+    chmod(r->dir, 0755);
+    r->staging = true;
+  } else {
+    snprintf(r->dir, sizeof r->dir, "%s", r->final_dir);
+  }
   r->lock = ploop_lock_disk(r->dir, PLOOP_LOCK_WRITER);
   if (r->lock < 0)
     return -1;
@@ -414,14 +451,37 @@ static int prepare_full(struct receiver *r, const char *dir)
   return 0;
 }
 
+/* The staged disk becomes DIR. */
+static int publish(struct receiver *r)
+{
+  if (!r->staging)
+    return 0;
+  if (rename(r->dir, r->final_dir) < 0)
+    return ploop_error(
+        errno == ENOTEMPTY || errno == EEXIST ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, errno, "%s: %s", r->final_dir,
+        errno == ENOTEMPTY || errno == EEXIST ? "filled by someone else meanwhile" : strerror(errno));
+  r->staging = false;
+  snprintf(r->dir, sizeof r->dir, "%s", r->final_dir);
+  return ploop_fsync_parent(r->final_dir);
+}
+
 static int prepare_incremental(struct receiver *r, const char *dir)
 {
+  char xml[PATH_MAX];
+  struct stat sb;
+  snprintf(xml, sizeof xml, "%s/%s", dir, PLOOP_DESCRIPTOR_NAME);
+  if (stat(dir, &sb) < 0 || (S_ISDIR(sb.st_mode) && access(xml, F_OK) < 0))
+    return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT,
+                       "%s: no disk here; an incremental stream applies to a copy that holds snapshot %s",
+                       dir, r->h.base_guid);
   r->desc = descriptor_load_locked(dir, &r->lock, PLOOP_LOCK_WRITER);
   if (!r->desc)
     return -1;
   struct ploop_descriptor *d = r->desc;
   snprintf(r->dir, sizeof r->dir, "%s", d->dir);
   const char *base = r->h.base_guid;
+  if (ploop_descriptor_find_image(d, r->h.guid))
+    return ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: already holds snapshot %s", d->dir, r->h.guid);
   struct ploop_snapshot_desc *top = descriptor_find_shot(d, PLOOP_TOP_GUID);
   const struct ploop_image_desc *tim = ploop_descriptor_find_image(d, PLOOP_TOP_GUID);
   if (!ploop_descriptor_find_image(d, base))
@@ -430,10 +490,8 @@ static int prepare_incremental(struct receiver *r, const char *dir)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL,
                        "%s: snapshot %s is not the newest, cannot apply an incremental stream", d->dir, base);
   if ((uint64_t)d->cluster_sectors * 512 != r->h.cluster_bytes)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: cluster size %u bytes differs from the stream's %u", d->dir,
-                       d->cluster_sectors * 512, r->h.cluster_bytes);
-  if (ploop_descriptor_find_image(d, r->h.guid))
-    return ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: already holds snapshot %s", d->dir, r->h.guid);
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: cluster size %u bytes differs from the stream's %u",
+                       d->dir, d->cluster_sectors * 512, r->h.cluster_bytes);
   /* The top must be empty: anything written since the snapshot would be
    * lost, or mixed with the stream's clusters. */
   struct ploop_delta *t = delta_open_image(d, tim, PLOOP_OPEN_RDONLY);
@@ -442,8 +500,8 @@ static int prepare_incremental(struct receiver *r, const char *dir)
   uint64_t held = delta_count_allocated(t);
   delta_close(t, false);
   if (held)
-    return ploop_error(PLOOP_ERR_PARAM, EBUSY, "%s: changed since snapshot %s, cannot apply an incremental stream",
-                       d->dir, base);
+    return ploop_error(PLOOP_ERR_PARAM, EBUSY,
+                       "%s: changed since snapshot %s, cannot apply an incremental stream", d->dir, base);
   char *p = ploop_descriptor_image_path(d, tim);
   if (!p)
     return -1;
@@ -454,7 +512,8 @@ static int prepare_incremental(struct receiver *r, const char *dir)
     return -1;
   const char *bf = d->images[idx[0]].file;
   if (strlen(bf) >= sizeof r->base_file)
-    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: base image name %s too long for new deltas", d->dir, bf);
+    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: base image name %s too long for new deltas",
+                       d->dir, bf);
   memcpy(r->base_file, bf, strlen(bf) + 1);
   return 0;
 }
@@ -499,7 +558,7 @@ static int commit(struct receiver *r)
     goto out;
   }
   ploop_fault_point("receive-synced");
-  if (descriptor_commit_tmp(d, tfd, true) < 0)
+  if (descriptor_commit_tmp(d, tfd, true) < 0 || publish(r) < 0)
     goto out;
   rc = 0;
   /* The replaced top was empty; it is no longer named by the descriptor. */
@@ -512,8 +571,8 @@ out:
   return rc;
 }
 
-/* Nothing of a failed receive stays: the new files go, and a directory
- * this call made. The disk's descriptor was never changed. */
+/* Nothing of a failed receive stays: the new files go, and the staging
+ * directory of a full receive. The disk's descriptor was never changed. */
 static void undo(struct receiver *r)
 {
   for (unsigned i = 0; i < r->n_layers; i++) {
@@ -526,13 +585,18 @@ static void undo(struct receiver *r)
   if (r->made_top)
     unlink(r->top_path);
   if (r->full && r->made_lock) {
-    char p[PATH_MAX + 64];
-    snprintf(p, sizeof p, "%s/%s.lck", r->dir, PLOOP_DESCRIPTOR_NAME);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/%s.tmp", r->dir, PLOOP_DESCRIPTOR_NAME);
-    unlink(p);
+    static const char *const ours[] = {PLOOP_DESCRIPTOR_NAME ".lck", PLOOP_DESCRIPTOR_NAME ".tmp",
+                                       PLOOP_DESCRIPTOR_NAME};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
+      /* The descriptor itself only in the staging directory: in DIR it would be someone else's. */
+      if (i == 2 && !r->staging)
+        break;
+      char p[PATH_MAX + 64];
+      snprintf(p, sizeof p, "%s/%s", r->dir, ours[i]);
+      unlink(p);
+    }
   }
-  if (r->made_dir)
+  if (r->staging)
     rmdir(r->dir);
 }
 
@@ -558,7 +622,8 @@ int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, s
   }
   int rc = -1;
   struct ploop_stream_header raw;
-  if (stream_read_full(&r->in, &raw, sizeof raw, "the stream header") < 0 || stream_header_decode(&raw, &r->h) < 0)
+  if (stream_read_full(&r->in, &raw, sizeof raw, "the stream header") < 0 ||
+      stream_header_decode(&raw, &r->h) < 0)
     goto out;
   r->cb = r->h.cluster_bytes;
   r->clusters = div_round_up(r->h.virtual_bytes, r->cb);

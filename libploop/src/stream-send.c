@@ -17,8 +17,8 @@ struct sender {
   bool compress;
   uint8_t *zbuf; /* deflate output */
   size_t zcap;
-  uint8_t *zeros;   /* clusters of the layer that read as zeros */
-  bool skip_zeros;  /* the layer has nothing below it: a zero cluster is a hole */
+  uint8_t *zeros;  /* clusters of the layer that read as zeros */
+  bool skip_zeros; /* the layer has nothing below it: a zero cluster is a hole */
   XXH3_state_t *round;
   uint64_t round_frames, frames, data_frames, data_bytes;
   uint64_t done, total; /* clusters read, for progress */
@@ -52,7 +52,8 @@ static int send_cluster(void *opaque, uint64_t vc, const uint8_t *buf, size_t le
       s->zeros[vc / 8] |= (uint8_t)(1u << (vc % 8));
     return 0;
   }
-  struct stream_frame f = {.type = PLOOP_FRAME_DATA, .arg = vc, .length = len, .payload_bytes = (uint32_t)len};
+  struct stream_frame f = {
+      .type = PLOOP_FRAME_DATA, .arg = vc, .length = len, .payload_bytes = (uint32_t)len};
   f.payload_hash = stream_hash(buf, len);
   const void *payload = buf;
   if (s->compress) {
@@ -85,7 +86,8 @@ static int end_layer(struct sender *s, uint64_t clusters)
       return -1;
   }
   memset(s->zeros, 0, div_round_up(clusters, 8));
-  struct stream_frame f = {.type = PLOOP_FRAME_ROUND, .arg = XXH3_64bits_digest(s->round), .length = s->round_frames};
+  struct stream_frame f = {
+      .type = PLOOP_FRAME_ROUND, .arg = XXH3_64bits_digest(s->round), .length = s->round_frames};
   XXH3_64bits_reset(s->round);
   s->round_frames = 0;
   return send_frame(s, &f, NULL);
@@ -111,15 +113,16 @@ int ploop_send(const char *dir_or_xml, const struct ploop_send_opts *o, int fd, 
     o = &defaults;
   double t0 = now();
   char guid[PLOOP_UUID_LEN + 1], since[PLOOP_UUID_LEN + 1];
-  if ((o->guid && ploop_uuid_normalize(o->guid, guid) < 0) || (o->since && ploop_uuid_normalize(o->since, since) < 0))
+  if ((o->guid && ploop_uuid_normalize(o->guid, guid) < 0) ||
+      (o->since && ploop_uuid_normalize(o->since, since) < 0))
     return -1;
   /* A snapshot is opened read-only with the shared reader lock: the disk
    * may be served read-write meanwhile (its top is not touched). */
   struct ploop_disk *disk = ploop_disk_open(dir_or_xml, o->guid ? guid : NULL, PLOOP_OPEN_RDONLY);
   if (!disk)
     return -1;
-  struct sender s = {.disk = disk, .out = {.fd = fd}, .compress = o->compress, .progress = o->progress,
-                     .opaque = o->opaque};
+  struct sender s = {
+      .disk = disk, .out = {.fd = fd}, .compress = o->compress, .progress = o->progress, .opaque = o->opaque};
   int rc = -1;
   size_t idx[PLOOP_MAX_DELTAS];
   int n = ploop_descriptor_chain(disk->desc, disk->snapshot_guid, idx, PLOOP_MAX_DELTAS);
@@ -204,7 +207,8 @@ int ploop_send(const char *dir_or_xml, const struct ploop_send_opts *o, int fd, 
       struct stream_frame f = {.type = PLOOP_FRAME_SNAPSHOT, .payload_bytes = sizeof shot};
       f.payload_hash = stream_hash(&shot, sizeof shot);
       s.skip_zeros = (unsigned)i + 1 == disk->n;
-      if (send_frame(&s, &f, &shot) < 0 || copy_read_held(disk, (unsigned)i, (unsigned)i + 1, send_cluster, &s) < 0 ||
+      if (send_frame(&s, &f, &shot) < 0 ||
+          copy_read_held(disk, (unsigned)i, (unsigned)i + 1, send_cluster, &s) < 0 ||
           end_layer(&s, clusters) < 0)
         goto out;
     }

@@ -33,7 +33,7 @@ struct stream_frame {
 struct stream_fd {
   int fd;
   uint64_t bytes;
-  uint64_t frames; /* frames read or written, for "frame N" in errors */
+  bool not_socket; /* writes: sendmsg said ENOTSOCK once */
 };
 
 void stream_header_encode(const struct stream_header *h, struct ploop_stream_header *raw);
@@ -42,8 +42,8 @@ int stream_header_decode(const struct ploop_stream_header *raw, struct stream_he
 /* Fills F->checksum. */
 void stream_frame_encode(struct stream_frame *f, struct ploop_stream_frame *raw);
 /* Checks magic and checksum, and the fields against header H. FRAME_NO is for messages. */
-int stream_frame_decode(const struct ploop_stream_frame *raw, const struct stream_header *h, uint64_t frame_no,
-                        struct stream_frame *f);
+int stream_frame_decode(const struct ploop_stream_frame *raw, const struct stream_header *h,
+                        uint64_t frame_no, struct stream_frame *f);
 
 /* 16 wire bytes <-> braced text. */
 void stream_guid_to_wire(const char *text, uint8_t out[16]);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Image tool benchmark: `ploop import`/`export` of a 1 GiB raw file (mostly
 # random data, some zero holes) against `qemu-img convert` to and from
-# parallels; `ploop snapshot` on a 1 GiB and a 64 GiB thin disk holding 1 GiB
+# parallels; `ploop send -o FILE` of a snapshot against `ploop export` of it;
+# `ploop snapshot` on a 1 GiB and a 64 GiB thin disk holding 1 GiB
 # of data; merge of 1 GiB of data (`ploop snapshot-merge -A`) against
 # `qemu-img commit` of the same data in a qcow2 chain, in two layouts.  Every timed run ends
 # with its output durable (fsync of that output) and starts with cold caches (except
@@ -100,6 +101,15 @@ row "export image -> raw" "$t_ours" "$t_qemu"
 cmp "$W/a.raw" "$W/ours.raw" || echo "WARNING: our export differs from the source"
 cmp "$W/a.raw" "$W/qemu.raw" || echo "WARNING: qemu's export differs from the source"
 rm -f "$W/ours.raw" "$W/qemu.raw" "$W/q.hds"
+
+# --- send vs export of one snapshot's same bytes: the stream's reader and
+# writer against export's (target: send's throughput >= 0.9x export's).
+S=$("$PLOOP" snapshot "$W/disk")
+t_send=$(timed "$W/s.stream" "$PLOOP" send --json -u "$S" -o "$W/s.stream" "$W/disk") # --json: the summary to stdout, discarded
+t_exp=$(timed "$W/e.raw" "$PLOOP" export -u "$S" -o "$W/e.raw" "$W/disk")
+printf "%-34s %10.3f s %10.3f s %8sx  (send's throughput / export's; target >= 0.9)\n" \
+  "send -o FILE / export, one snapshot" "$t_send" "$t_exp" "$(ratio "$t_send" "$t_exp")"
+rm -f "$W/s.stream" "$W/e.raw"
 
 # --- snapshot: median of REPEAT runs, 1 GiB and 64 GiB thin disks with the same data.
 # Caches stay warm here: the figure is the snapshot's own latency (its syncs),

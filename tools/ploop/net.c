@@ -38,8 +38,8 @@ static int resolve(const char *opt, const char *addr, bool passive, struct addri
   int rc = split(opt, addr, host, sizeof host, &port);
   if (rc)
     return rc;
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = passive ? AI_PASSIVE : 0};
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
   int e = getaddrinfo(host, port, &hints, res);
   if (e)
     return cli_error(EXIT_USAGE, "%s: %s: %s", opt, addr, gai_strerror(e));

@@ -29,10 +29,14 @@ static int run_send(int argc, char **argv)
 {
   enum { OPT_SINCE = 256, OPT_SNAPSHOTS, OPT_COMPRESS, OPT_TO, OPT_JSON };
   static const struct option longopts[] = {
-      {"uuid", required_argument, NULL, 'u'},        {"since", required_argument, NULL, OPT_SINCE},
-      {"snapshots", no_argument, NULL, OPT_SNAPSHOTS}, {"compress", no_argument, NULL, OPT_COMPRESS},
-      {"output", required_argument, NULL, 'o'},      {"to", required_argument, NULL, OPT_TO},
-      {"force", no_argument, NULL, 'f'},             {"json", no_argument, NULL, OPT_JSON},
+      {"uuid", required_argument, NULL, 'u'},
+      {"since", required_argument, NULL, OPT_SINCE},
+      {"snapshots", no_argument, NULL, OPT_SNAPSHOTS},
+      {"compress", no_argument, NULL, OPT_COMPRESS},
+      {"output", required_argument, NULL, 'o'},
+      {"to", required_argument, NULL, OPT_TO},
+      {"force", no_argument, NULL, 'f'},
+      {"json", no_argument, NULL, OPT_JSON},
       {0},
   };
   char guid[PLOOP_UUID_LEN + 1], since[PLOOP_UUID_LEN + 1];
@@ -87,7 +91,9 @@ static int run_send(int argc, char **argv)
   if (out && !force && stat(out, &st) == 0)
     return cli_error(EXIT_USAGE, "%s: file exists (use -f to overwrite)", out);
   if (!out && !to && isatty(STDOUT_FILENO))
-    return cli_error(EXIT_USAGE, "refusing to write a stream to a terminal (redirect it, or use -o FILE or --to HOST:PORT)");
+    return cli_error(
+        EXIT_USAGE,
+        "refusing to write a stream to a terminal (redirect it, or use -o FILE or --to HOST:PORT)");
   /* A reader that went away is reported as an error, not a silent SIGPIPE. */
   signal(SIGPIPE, SIG_IGN);
 
@@ -125,22 +131,24 @@ static int run_send(int argc, char **argv)
 const struct cli_verb verb_send = {
     .name = "send",
     .run = run_send,
-    .synopsis = "send [-u GUID] [--since GUID] [--snapshots] [--compress] [-o FILE [-f] | --to HOST:PORT] [--json] DISK",
+    .synopsis = "send [-u GUID] [--since GUID] [--snapshots] [--compress] [-o FILE [-f] | --to HOST:PORT] "
+                "[--json] DISK",
     .summary = "write a disk state as a stream (full or incremental) for 'ploop receive'",
-    .details = "  -u, --uuid GUID    send that snapshot's state (default: the top, which must\n"
-               "                     not be in use; it gets a new GUID in the stream)\n"
-               "  --since GUID       only the clusters written after snapshot GUID (an\n"
-               "                     older snapshot of the same chain); applies to a copy\n"
-               "                     made by receiving GUID\n"
-               "  --snapshots        the whole chain up to the state, each snapshot with its\n"
-               "                     GUID (with --since: the snapshots above GUID)\n"
-               "  --compress         deflate the cluster data (zlib)\n"
-               "  -o, --output FILE  write to FILE (through FILE.tmp, renamed when complete)\n"
-               "  -f, --force        overwrite FILE if it exists\n"
-               "  --to HOST:PORT     connect to 'ploop receive --listen' and send there\n"
-               "  --json             print {\"bytes_sent\",\"clusters\",\"data_bytes\",\"seconds\",\"guid\"};\n"
-               "                     on stdout, or on stderr when the stream goes to stdout\n"
-               "The stream goes to stdout by default (never to a terminal). A snapshot can\n"
-               "be sent while the disk is served read-write (ploop-nbd). One summary line\n"
-               "goes to stderr (bytes, clusters, rate, time); a progress bar on a terminal.\n",
+    .details =
+        "  -u, --uuid GUID    send that snapshot's state (default: the top, which must\n"
+        "                     not be in use; it gets a new GUID in the stream)\n"
+        "  --since GUID       only the clusters written after snapshot GUID (an\n"
+        "                     older snapshot of the same chain); applies to a copy\n"
+        "                     made by receiving GUID\n"
+        "  --snapshots        the whole chain up to the state, each snapshot with its\n"
+        "                     GUID (with --since: the snapshots above GUID)\n"
+        "  --compress         deflate the cluster data (zlib)\n"
+        "  -o, --output FILE  write to FILE (through FILE.tmp, renamed when complete)\n"
+        "  -f, --force        overwrite FILE if it exists\n"
+        "  --to HOST:PORT     connect to 'ploop receive --listen' and send there\n"
+        "  --json             print {\"bytes_sent\",\"clusters\",\"data_bytes\",\"seconds\",\"guid\"};\n"
+        "                     on stdout, or on stderr when the stream goes to stdout\n"
+        "The stream goes to stdout by default (never to a terminal). A snapshot can\n"
+        "be sent while the disk is served read-write (ploop-nbd). One summary line\n"
+        "goes to stderr (bytes, clusters, rate, time); a progress bar on a terminal.\n",
 };

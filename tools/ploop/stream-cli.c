@@ -12,8 +12,9 @@ void stream_cli_summary(const char *verb, const struct ploop_stream_stats *s, co
   if (!guid)
     guid = s->guid;
   if (json) {
-    fprintf(json_out, "{\"%s\": %" PRIu64 ", \"clusters\": %" PRIu64 ", \"data_bytes\": %" PRIu64
-                      ", \"seconds\": %.3f, \"guid\": ",
+    fprintf(json_out,
+            "{\"%s\": %" PRIu64 ", \"clusters\": %" PRIu64 ", \"data_bytes\": %" PRIu64
+            ", \"seconds\": %.3f, \"guid\": ",
             sent ? "bytes_sent" : "bytes_received", s->bytes, s->clusters, s->data_bytes, s->seconds);
     cli_json_string(json_out, guid);
     fputs("}\n", json_out);
@@ -22,6 +23,7 @@ void stream_cli_summary(const char *verb, const struct ploop_stream_stats *s, co
   }
   char b[32], r[32];
   double rate = s->seconds > 0 ? (double)s->bytes / s->seconds : 0;
-  fprintf(stderr, "%s %s: %s %s, %" PRIu64 " clusters, %s/s, %.2f s\n", verb, guid, cli_human_bytes(s->bytes, b, sizeof b),
-          sent ? "sent" : "received", s->clusters, cli_human_bytes((uint64_t)rate, r, sizeof r), s->seconds);
+  fprintf(stderr, "%s %s: %s %s, %" PRIu64 " clusters, %s/s, %.2f s\n", verb, guid,
+          cli_human_bytes(s->bytes, b, sizeof b), sent ? "sent" : "received", s->clusters,
+          cli_human_bytes((uint64_t)rate, r, sizeof r), s->seconds);
 }
