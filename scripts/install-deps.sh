@@ -9,12 +9,16 @@ pkgs=(
   libcriterion-dev libfuse3-dev fuse3 libnbd-dev liburing-dev
   qemu-utils libnbd-bin nbdkit fio e2fsprogs xfsprogs util-linux
   busybox-static runc bubblewrap iproute2 python3 kmod
+  debootstrap
 )
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
+# CRIU >= 4.2 in a side root (Debian 12's 3.17 fails on this kernel); fast when done.
+install_criu() { "$(dirname "${BASH_SOURCE[0]}")/install-criu.sh"; }
 if ((${#missing[@]} == 0)); then
+  install_criu
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then
@@ -25,3 +29,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_criu

@@ -91,6 +91,44 @@ static void save_last_exit(const char *name, int status, uint64_t oom)
   write_file_atomic(p, s, strlen(s), false);
 }
 
+int container_supervise(const char *name, struct ct_cgroup *cg, pid_t pid, int pty_master,
+                        bool kept, const struct ct_run_opts *o, int ready_fd)
+{
+  cleanup_free char *diskdir = ct_path(name, "disk");
+  cleanup_free char *mnt = ct_path(name, "rootfs");
+  ready(ready_fd, "ok");
+  int status = monitor_wait(pid, pty_master);
+  phase("run");
+  if (pty_master >= 0)
+    close(pty_master);
+  uint64_t oom = 0;
+  cg_oom_kills(cg, &oom);
+  save_last_exit(name, status, oom);
+  if (oom) {
+    char m[32], s[32];
+    format_size(o->memory, m, sizeof m);
+    format_size(o->swap, s, sizeof s);
+    fprintf(stderr, "ploop-container: %s: out of memory: the kernel OOM-killed %" PRIu64
+                    " process(es) (limit %s RAM + %s swap)\n", name, oom, m, s);
+  }
+  int rc = status;
+  if (cg_destroy(cg) < 0) {
+    fprintf(stderr, "ploop-container: %s\n", ct_error());
+    rc = rc ? rc : 1;
+  }
+  ct_state_remove(name);
+  phase("cleanup");
+  if (!kept && disk_umount(diskdir, mnt) < 0) {
+    fprintf(stderr, "ploop-container: %s\n", ct_error());
+    rc = rc ? rc : 1;
+  }
+  phase("detach");
+  if (timing.on)
+    fprintf(stderr, "ploop-container: timing:%s\n", timing.line);
+  cg_free(cg);
+  return rc;
+}
+
 int container_run(const char *name, int lockfd, const struct ct_run_opts *o, char *const *argv,
                   int ready_fd)
 {
@@ -146,37 +184,7 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   }
   ct_runargs_save(name, o, argv);  /* for migrate; a run goes on without it */
   phase("launch");
-  ready(ready_fd, "ok");
-  ready_fd = -1;
-  int status = monitor_wait(p.pid, p.pty_master);
-  phase("run");
-  if (p.pty_master >= 0)
-    close(p.pty_master);
-  uint64_t oom = 0;
-  cg_oom_kills(&cg, &oom);
-  save_last_exit(name, status, oom);
-  if (oom) {
-    char m[32], s[32];
-    format_size(o->memory, m, sizeof m);
-    format_size(o->swap, s, sizeof s);
-    fprintf(stderr, "ploop-container: %s: out of memory: the kernel OOM-killed %" PRIu64
-                    " process(es) (limit %s RAM + %s swap)\n", name, oom, m, s);
-  }
-  int rc = status;
-  if (cg_destroy(&cg) < 0) {
-    fprintf(stderr, "ploop-container: %s\n", ct_error());
-    rc = rc ? rc : 1;
-  }
-  ct_state_remove(name);
-  phase("cleanup");
-  if (!kept && disk_umount(diskdir, mnt) < 0) {
-    fprintf(stderr, "ploop-container: %s\n", ct_error());
-    rc = rc ? rc : 1;
-  }
-  phase("detach");
-  if (timing.on)
-    fprintf(stderr, "ploop-container: timing:%s\n", timing.line);
-  cg_free(&cg);
+  int rc = container_supervise(name, &cg, p.pid, p.pty_master, kept, o, ready_fd);
   sigprocmask(SIG_SETMASK, &old, NULL);
   return rc;
 fail:

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "config.h"
 
@@ -18,6 +19,14 @@ int container_destroy(const char *name);
  * Returns the container's exit status (>= 0) or -1 when it could not start. */
 int container_run(const char *name, int lockfd, const struct ct_run_opts *o, char *const *argv,
                   int ready_fd);
+/* The monitor's life once PID 1 (our child PID) runs and the state file is
+ * written, shared by run/start and restore: "ok" on READY_FD (if >= 0),
+ * signal forwarding and pty relay until PID 1 exits, the OOM report, then
+ * cgroups (CG, freed), state and, unless KEPT mounted, the disk go. Returns
+ * the container's exit status. */
+struct ct_cgroup;
+int container_supervise(const char *name, struct ct_cgroup *cg, pid_t pid, int pty_master,
+                        bool kept, const struct ct_run_opts *o, int ready_fd);
 /* Cleans what a monitor that died (SIGKILL, crash) left: cgroups, mount,
  * state. Call with the lock held. */
 int container_recover(const char *name);

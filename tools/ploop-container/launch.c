@@ -65,7 +65,7 @@ int ct_drop_privileges(void)
   return 0;
 }
 
-static int loopback_up(void)
+int ct_loopback_up(void)
 {
   cleanup_close int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0)
@@ -176,7 +176,7 @@ static void enter_system_view(const struct ct_launch *l, int sock)
     ct_fail(errno, "sethostname %s", l->hostname);
     child_fail(sock);
   }
-  if (l->net == CT_NET_NONE && loopback_up() < 0)
+  if (l->net == CT_NET_NONE && ct_loopback_up() < 0)
     child_fail(sock);
 }
 

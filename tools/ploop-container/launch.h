@@ -36,6 +36,9 @@ struct ct_process {
  * to forward; the child restores an empty mask before exec. */
 int ct_launch(const struct ct_launch *l, struct ct_process *p);
 
+/* Brings up lo of the caller's network namespace. */
+int ct_loopback_up(void);
+
 /* Capability bounding set, capset and no_new_privs: the container-safe set. */
 int ct_drop_privileges(void);
 

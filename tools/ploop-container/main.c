@@ -24,6 +24,8 @@ static const char usage[] =
     "  migrate NAME ADDR:PORT [--offline] [--keep-source] [--json] ...  (migrate --help)\n"
     "  migrate --resolve NAME [--commit | --abort]\n"
     "  receive --listen ADDR:PORT [--once]  (receive --help)\n"
+    "  checkpoint NAME DIR [--criu PATH] [--leave-running]   processes to CRIU images in DIR\n"
+    "  restore NAME DIR [--criu PATH] [--lazy-pages]   run the checkpoint in DIR again (detached)\n"
     "exit codes: the container's status for run/exec; else 0 ok, 1 failure, 2 bad usage,\n"
     "3 no such container, 4 container busy or running, 5 migration in doubt\n";
 
@@ -36,6 +38,7 @@ static const struct {
     {"freeze", verb_freeze}, {"thaw", verb_freeze},   {"snapshot", verb_snapshot},
     {"mount", verb_mount},   {"umount", verb_mount},  {"destroy", verb_destroy},
     {"migrate", verb_migrate}, {"receive", verb_receive},
+    {"checkpoint", verb_criu}, {"restore", verb_criu},
 };
 
 int main(int argc, char **argv)

@@ -14,5 +14,6 @@ int verb_mount(int argc, char **argv);  /* mount and umount */
 int verb_destroy(int argc, char **argv);
 int verb_migrate(int argc, char **argv);
 int verb_receive(int argc, char **argv);
+int verb_criu(int argc, char **argv);   /* checkpoint and restore */
 
 #endif
