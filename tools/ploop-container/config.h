@@ -42,6 +42,7 @@ struct ct_run_opts {
   struct ct_sec sec;  /* capabilities, seccomp, read-only root */
   struct ct_netcfg netcfg;  /* --net veth: addresses, bridge */
   struct ct_volumes vol;    /* --volume HOST:CT[:ro] */
+  bool adopt_mount; /* the disk is mounted already, but for this run (migrate) */
 };
 
 /* Written by the monitor after launch, removed when it has cleaned up. */

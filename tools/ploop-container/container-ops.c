@@ -23,6 +23,10 @@ int container_freeze(const char *name, bool frozen)
   struct ct_state st;
   if (running(name, &st) < 0)
     return -1;
+  /* A container frozen in a migration's in-doubt window may run elsewhere. */
+  cleanup_free char *mig = ct_path(name, "migration");
+  if (!frozen && access(mig, F_OK) == 0)
+    return ct_usage("%s is frozen by a migration: settle it with `migrate --resolve %s`", name, name);
   struct ct_cgroup cg;
   if (cg_init(&cg, name) < 0)
     return -1;

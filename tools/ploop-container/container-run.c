@@ -21,6 +21,7 @@
 #include "error.h"
 #include "launch.h"
 #include "monitor.h"
+#include "runargs.h"
 #include "util.h"
 
 /* PLOOP_CONTAINER_TIMING=1: one stderr line with the time of each phase of
@@ -145,8 +146,10 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   if (container_recover(name) < 0)
     goto fail;
   phase("recover");
-  bool kept = disk_is_mounted(mnt);
-  if (!kept) {
+  /* adopt_mount: a migration mounted the disk for this run; it is ours to undo. */
+  bool kept = disk_is_mounted(mnt) && !o->adopt_mount;
+  mounted = o->adopt_mount;
+  if (!kept && !mounted) {
     if (disk_mount(diskdir, mnt) < 0)
       goto fail;
     mounted = true;
@@ -185,6 +188,7 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
     waitpid(p.pid, NULL, 0);
     goto fail;
   }
+  ct_runargs_save(name, o, argv);  /* for migrate; a run goes on without it */
   phase("launch");
   int rc = container_supervise(name, &cg, p.pid, p.pty_master, kept, o, ready_fd);
   sigprocmask(SIG_SETMASK, &old, NULL);
@@ -233,6 +237,12 @@ int container_stop(const char *name, unsigned timeout_s)
   struct ct_state st;
   if (running_state(name, &st) < 0)
     return -1;
+  /* stop thaws first: in a migration's in-doubt window that would run a
+   * second copy, if only for its SIGTERM handler */
+  cleanup_free char *mig = ct_path(name, "migration");
+  char rec[512];
+  if (access(mig, F_OK) == 0 && read_file(mig, rec, sizeof rec) > 0 && strstr(rec, "phase=committing"))
+    return ct_usage("%s is in doubt after a migration: settle it with `migrate --resolve %s`", name, name);
   struct ct_cgroup cg;
   if (cg_init(&cg, name) < 0)
     return -1;

@@ -23,6 +23,9 @@ static const char usage[] =
     "  mount NAME [--snapshot ID DIR]      keep the disk mounted / mount a snapshot read-only\n"
     "  umount NAME [DIR]\n"
     "  destroy NAME\n"
+    "  migrate NAME ADDR:PORT [--offline] [--keep-source] [--json] ...  (migrate --help)\n"
+    "  migrate --resolve NAME [--commit | --abort]\n"
+    "  receive --listen ADDR:PORT [--once]  (receive --help)\n"
     "  checkpoint NAME DIR [--criu PATH] [--leave-running]   processes to CRIU images in DIR\n"
     "  restore NAME DIR [--criu PATH] [--lazy-pages]   run the checkpoint in DIR again (detached)\n"
     "  update NAME [--memory M] [--swap S] [--pids N] [limits]  live, and saved for later runs\n"
@@ -33,7 +36,7 @@ static const char usage[] =
 "security (run, start): --cap-add CAP --cap-drop CAP --seccomp default|unconfined --read-only\n"
     "exit codes: the container's status for run/exec; else 0 ok, 1 failure, 2 bad usage,\n"
     "3 no such container, 4 container busy or running (exists, frozen, mounted),\n"
-    "5 container not running (or its disk not mounted)\n"
+    "5 container not running (or its disk not mounted), 6 migration in doubt\n"
     "VERB --help describes a verb; --version prints the version.\n";
 
 static const struct {
@@ -44,6 +47,7 @@ static const struct {
     {"exec", verb_exec},     {"stop", verb_stop},     {"list", verb_list},
     {"freeze", verb_freeze}, {"thaw", verb_freeze},   {"snapshot", verb_snapshot},
     {"mount", verb_mount},   {"umount", verb_mount},  {"destroy", verb_destroy},
+    {"migrate", verb_migrate}, {"receive", verb_receive},
     {"checkpoint", verb_criu}, {"restore", verb_criu},
     {"update", verb_update},
 };

@@ -12,6 +12,8 @@ int verb_freeze(int argc, char **argv); /* freeze and thaw */
 int verb_snapshot(int argc, char **argv);
 int verb_mount(int argc, char **argv);  /* mount and umount */
 int verb_destroy(int argc, char **argv);
+int verb_migrate(int argc, char **argv);
+int verb_receive(int argc, char **argv);
 int verb_criu(int argc, char **argv);   /* checkpoint and restore */
 int verb_update(int argc, char **argv);
 

@@ -1,0 +1,406 @@
+/* `receive --listen ADDR:PORT`: the destination side. Everything received
+ * lives in ROOT/NAME, made by us; until COMMIT nothing runs, and any
+ * failure removes ROOT/NAME entirely. COMMIT is recorded durably before the
+ * container starts, which is what `migrate --resolve` asks about. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include "attach.h"
+#include "container.h"
+#include "control.h"
+#include "disk.h"
+#include "error.h"
+#include "libploop.h"
+#include "migrate-internal.h"
+#include "migrate-proto.h"
+#include "util.h"
+
+struct dst {
+  int fd;
+  unsigned timeout_s;
+  char name[CT_NAME_MAX + 1];
+  struct mig_record rec;
+  struct ct_config cfg;
+  struct ct_runargs ra;
+  char mode[16];
+  char *dir, *diskdir, *mnt;
+  int lock;
+  bool created, mounted, ready, final_seen;
+  unsigned next_round;
+};
+
+static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+  (void)st;
+  (void)ftw;
+  if ((type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
+    return -1;
+  return 0;
+}
+
+int mig_remove_tree(const char *dir)
+{
+  if (nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) < 0 && errno != ENOENT)
+    return ct_fail(errno, "remove %s", dir);
+  return 0;
+}
+
+/* Everything of a migration that did not commit goes: mount, daemon, files. */
+static void discard(const char *name)
+{
+  cleanup_free char *dir = ct_path(name, NULL);
+  cleanup_free char *diskdir = ct_path(name, "disk");
+  cleanup_free char *mnt = ct_path(name, "rootfs");
+  if (disk_is_mounted(mnt) && disk_umount(diskdir, mnt) < 0)
+    fprintf(stderr, "ploop-container: discard %s: %s\n", name, ct_error());
+  struct ploop_attach_info ai;
+  if (ploop_attach_find(diskdir, &ai) == 0)
+    ploop_attach_umount(diskdir);
+  if (mig_remove_tree(dir) < 0)
+    fprintf(stderr, "ploop-container: discard %s: %s\n", name, ct_error());
+}
+
+static int parse_hello(struct dst *d, const char *h)
+{
+  uint64_t v;
+  char buf[512];
+  if (mig_kv_u64(h, "version", &v) < 0)
+    return -1;
+  if (v != MIG_VERSION)
+    return ct_fail(0, "protocol version %" PRIu64 " is not supported (this side speaks %d)", v,
+                   MIG_VERSION);
+  if (!mig_kv(h, "id", d->rec.id, sizeof d->rec.id) || !d->rec.id[0])
+    return ct_fail(0, "protocol error: HELLO without id");
+  if (!mig_kv(h, "name", d->name, sizeof d->name) || ct_check_name(d->name) < 0)
+    return ct_fail(0, "bad container name in HELLO");
+  snprintf(d->cfg.name, sizeof d->cfg.name, "%s", d->name);
+  if (mig_kv_u64(h, "disk_bytes", &d->cfg.disk_bytes) < 0)
+    return -1;
+  if (mig_kv(h, "source", buf, sizeof buf)) {
+    cleanup_free char *s = mig_unhex(buf);
+    snprintf(d->cfg.source, sizeof d->cfg.source, "%s", s ? s : "migrated");
+  }
+  if (!mig_kv(h, "mode", d->mode, sizeof d->mode) ||
+      (strcmp(d->mode, "online") && strcmp(d->mode, "offline") && strcmp(d->mode, "cold")))
+    return ct_fail(0, "protocol error: bad mode");
+  if (mig_kv_u64(h, "criu", &v) < 0)
+    return -1;
+  if (v)
+    return ct_fail(0, "CRIU images are not supported by this receiver");
+  if (mig_kv_u64(h, "argc", &v) < 0)
+    return -1;
+  if (v && ct_runargs_parse(h, &d->ra) < 0)
+    return ct_wrap("HELLO");
+  if (!v && strcmp(d->mode, "cold"))
+    return ct_fail(0, "protocol error: a running container without its command");
+  return 0;
+}
+
+static int claim(struct dst *d)
+{
+  if (mkdir_p(ct_root, 0700) < 0)
+    return -1;
+  d->dir = ct_path(d->name, NULL);
+  d->diskdir = ct_path(d->name, "disk");
+  d->mnt = ct_path(d->name, "rootfs");
+  if (mkdir(d->dir, 0700) < 0) {
+    if (errno == EEXIST)
+      return ct_fail(0, "a container named %s exists on the destination already", d->name);
+    return ct_fail(errno, "mkdir %s", d->dir);
+  }
+  d->created = true;
+  d->lock = ct_lock(d->name);
+  if (d->lock < 0)
+    return -1;
+  snprintf(d->rec.role, sizeof d->rec.role, "dest");
+  snprintf(d->rec.phase, sizeof d->rec.phase, "receiving");
+  return mig_record_save(d->name, &d->rec, false);
+}
+
+static int on_round(struct dst *d, const char *msg)
+{
+  uint64_t round, final;
+  char guid[64] = "";
+  if (mig_kv_u64(msg, "round", &round) < 0 || mig_kv_u64(msg, "final", &final) < 0)
+    return -1;
+  if (d->final_seen || round != d->next_round)
+    return ct_fail(0, "protocol error: round %" PRIu64 " out of order", round);
+  mig_kv(msg, "guid", guid, sizeof guid);
+  struct ploop_stream_stats st = {0};
+  char got[PLOOP_UUID_LEN + 1] = "";
+  if (ploop_receive(d->diskdir, NULL, d->fd, &st, got) < 0)
+    return ct_fail(0, "round %" PRIu64 ": %s", round, ploop_get_error());
+  if (guid[0] && strcmp(guid, got) != 0)
+    return ct_fail(0, "round %" PRIu64 ": the stream carried %s, announced %s", round, got, guid);
+  d->next_round++;
+  d->final_seen = final != 0;
+  cleanup_free char *ack =
+      xasprintf("round=%" PRIu64 "\nguid=%s\nbytes=%" PRIu64 "\n", round, got, st.bytes);
+  return mig_send_text(d->fd, MIG_ROUND_ACK, ack);
+}
+
+/* Everything but the start: config, the disk mounted, the command saved. */
+static int on_prepare(struct dst *d)
+{
+  if (!d->final_seen)
+    return ct_fail(0, "protocol error: PREPARE before the final round");
+  if (ct_config_save(&d->cfg) < 0)
+    return -1;
+  if (mkdir(d->mnt, 0755) < 0 && errno != EEXIST)
+    return ct_fail(errno, "mkdir %s", d->mnt);
+  if (d->ra.argc) {
+    if (disk_mount(d->diskdir, d->mnt) < 0)
+      return -1;
+    d->mounted = true;
+    if (ct_runargs_save(d->name, &d->ra.o, d->ra.argv) < 0)
+      return -1;
+  }
+  snprintf(d->rec.phase, sizeof d->rec.phase, "ready");
+  if (mig_record_save(d->name, &d->rec, false) < 0)
+    return -1;
+  d->ready = true;
+  return mig_send_text(d->fd, MIG_READY, "");
+}
+
+/* The temporary snapshots go, online through the container's daemon, by a
+ * detached process: the receiver answers at once. */
+static void merge_in_background(const char *diskdir)
+{
+  pid_t pid = fork();
+  if (pid != 0) {
+    if (pid > 0)
+      waitpid(pid, NULL, 0);
+    return;
+  }
+  if (fork() != 0)
+    _exit(0);
+  setsid();
+  for (int fd = 3; fd < 1024; fd++)
+    close(fd);
+  int cfd = ploop_ctl_connect(diskdir);
+  int rc;
+  if (cfd >= 0) {
+    close(cfd);
+    rc = ploop_ctl_merge(diskdir, NULL, true);
+  } else {
+    rc = ploop_snapshot_merge(diskdir, NULL, true, NULL, NULL);
+  }
+  if (rc < 0)
+    fprintf(stderr, "ploop-container: merge of the migration's snapshots in %s failed: %s\n", diskdir,
+            cfd >= 0 ? ploop_ctl_error() : ploop_get_error());
+  _exit(rc < 0);
+}
+
+static int on_commit(struct dst *d)
+{
+  if (!d->ready)
+    return ct_fail(0, "protocol error: COMMIT before READY");
+  snprintf(d->rec.phase, sizeof d->rec.phase, "committed");
+  if (mig_record_save(d->name, &d->rec, true) < 0)
+    return -1;  /* not recorded: not committed, the source keeps it */
+  d->created = false;  /* ours to keep from here on, whatever happens */
+  cleanup_free char *ans = NULL;
+  if (d->ra.argc) {
+    d->mounted = false;  /* the monitor owns the mount now */
+    if (mig_start(d->name, d->lock, &d->ra, true) < 0) {
+      ans = xasprintf("state=stopped\nerror=%s\n", ct_error());
+      fprintf(stderr, "ploop-container: %s committed but did not start: %s\n", d->name, ct_error());
+    }
+  }
+  if (!ans)
+    ans = xasprintf("state=%s\n", d->ra.argc ? "running" : "stopped");
+  if (mig_send_text(d->fd, MIG_COMMITTED, ans) < 0)
+    fprintf(stderr, "ploop-container: %s: committed, but the source did not get the answer: %s\n",
+            d->name, ct_error());
+  close(d->lock);
+  d->lock = -1;
+  merge_in_background(d->diskdir);
+  return 0;
+}
+
+/* QUERY from `migrate --resolve`. */
+static int on_query(int fd, const char *q)
+{
+  char id[40] = "", name[CT_NAME_MAX + 1] = "";
+  mig_kv(q, "id", id, sizeof id);
+  mig_kv(q, "name", name, sizeof name);
+  const char *state = "unknown";
+  struct mig_record m;
+  if (ct_check_name(name) == 0 && mig_record_load(name, &m) > 0 && !strcmp(m.id, id) &&
+      !strcmp(m.role, "dest")) {
+    if (!strcmp(m.phase, "committed")) {
+      state = "committed";
+    } else {
+      int lock = ct_lock(name);
+      if (lock < 0) {
+        state = "pending";  /* its receiver still runs and may yet get COMMIT */
+      } else {
+        discard(name);  /* its receiver died before COMMIT */
+        close(lock);
+      }
+    }
+  }
+  cleanup_free char *ans = xasprintf("state=%s\n", state);
+  return mig_send_text(fd, MIG_STATUS, ans);
+}
+
+/* After our ERROR: half-close and swallow what the source still sends for a
+ * moment, so that our close does not reset the connection (a reset may drop
+ * the ERROR from the source's queue unread, and with it the reason). */
+static void linger_close(int fd)
+{
+  shutdown(fd, SHUT_WR);
+  struct timeval tv = {.tv_sec = 1};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[65536];
+  uint64_t until = now_ns() + 2000000000ull;
+  while (now_ns() < until && read(fd, buf, sizeof buf) > 0) {
+  }
+}
+
+/* One connection. Returns 1 for a query, 0 committed, -1 failed. */
+static int serve(int fd, unsigned timeout_s)
+{
+  struct dst d = {.fd = fd, .timeout_s = timeout_s, .lock = -1};
+  unsigned t;
+  char *msg = NULL;
+  int rc = -1;
+  bool peer_failed = false;
+  if (mig_set_timeout(fd, timeout_s) < 0 || mig_recv(fd, &t, &msg, NULL) < 0)
+    return -1;
+  if (t == MIG_QUERY) {
+    on_query(fd, msg);
+    free(msg);
+    return 1;
+  }
+  if (t != MIG_HELLO) {
+    free(msg);
+    ct_fail(0, "protocol error: expected HELLO, got %s", mig_type_name(t));
+    mig_send_error(fd, ct_error());
+    return -1;
+  }
+  if (parse_hello(&d, msg) < 0 || claim(&d) < 0)
+    goto fail;
+  free(msg);
+  msg = NULL;
+  char w[32];
+  snprintf(w, sizeof w, "version=%d\n", MIG_VERSION);
+  if (mig_send_text(fd, MIG_WELCOME, w) < 0)
+    goto fail;
+  for (;;) {
+    if (mig_recv(fd, &t, &msg, NULL) < 0) {
+      peer_failed = true;
+      goto fail;
+    }
+    int r;
+    switch (t) {
+    case MIG_ROUND: r = on_round(&d, msg); break;
+    case MIG_PREPARE: r = on_prepare(&d); break;
+    case MIG_COMMIT: r = on_commit(&d); break;
+    default: r = ct_fail(0, "protocol error: unexpected %s", mig_type_name(t));
+    }
+    free(msg);
+    msg = NULL;
+    if (r < 0)
+      goto fail;
+    if (t == MIG_COMMIT) {
+      rc = 0;
+      break;
+    }
+  }
+  goto out;
+fail:
+  free(msg);
+  ct_wrap("receive %s", d.name[0] ? d.name : "migration");
+  if (!peer_failed) {
+    mig_send_error(fd, ct_error());
+    linger_close(fd);
+  }
+out:
+  if (d.lock >= 0)
+    close(d.lock);
+  if (rc < 0 && d.created)
+    discard(d.name);
+  ct_runargs_free(&d.ra);
+  free(d.dir);
+  free(d.diskdir);
+  free(d.mnt);
+  return rc;
+}
+
+int migrate_recover_incoming(bool verbose)
+{
+  DIR *dir = opendir(ct_root);
+  if (!dir)
+    return errno == ENOENT ? 0 : ct_fail(errno, "open %s", ct_root);
+  struct dirent *e;
+  while ((e = readdir(dir))) {
+    if (e->d_name[0] == '.' || ct_check_name(e->d_name) < 0)
+      continue;
+    struct mig_record m;
+    if (mig_record_load(e->d_name, &m) <= 0 || strcmp(m.role, "dest") || !strcmp(m.phase, "committed"))
+      continue;
+    int lock = ct_lock(e->d_name);
+    if (lock < 0)
+      continue;  /* a live receiver holds it */
+    discard(e->d_name);
+    close(lock);
+    if (verbose)
+      printf("removed %s: a migration that never committed\n", e->d_name);
+  }
+  closedir(dir);
+  return 0;
+}
+
+int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s)
+{
+  if (migrate_recover_incoming(false) < 0)
+    return -1;
+  int lfd = mig_listen(listen_addr);
+  if (lfd < 0)
+    return -1;
+  printf("receiving on %s\n", listen_addr);
+  fflush(stdout);
+  signal(SIGPIPE, SIG_IGN);
+  if (!once)
+    signal(SIGCHLD, SIG_IGN);  /* per-connection children reap themselves */
+  for (;;) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED)
+        continue;
+      close(lfd);
+      return ct_fail(errno, "accept on %s", listen_addr);
+    }
+    if (once) {
+      int rc = serve(fd, timeout_s);
+      close(fd);
+      if (rc == 1)
+        continue;
+      close(lfd);
+      return rc;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(lfd);
+      signal(SIGCHLD, SIG_DFL);
+      int rc = serve(fd, timeout_s);
+      if (rc < 0)
+        fprintf(stderr, "ploop-container: %s\n", ct_error());
+      _exit(rc < 0);
+    }
+    close(fd);
+  }
+}

@@ -1,0 +1,22 @@
+/* Shared between the migration's source, destination and resolve files. */
+#ifndef CT_MIGRATE_INTERNAL_H
+#define CT_MIGRATE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "migrate.h"
+#include "runargs.h"
+
+/* Forks the container's monitor (as `start`) with RA; LOCK is the held
+ * container lock, passed on to the monitor. */
+int mig_start(const char *name, int lock, const struct ct_runargs *ra, bool adopt_mount);
+/* Test hook: runs $PLOOP_MIGRATE_HOOK when PHASE is $PLOOP_MIGRATE_HOOK_PHASE,
+ * so tests cause real faults (link down, kill, full disk) at an exact phase. */
+void mig_test_hook(const char *phase);
+/* Recursive removal that never crosses a mount point. */
+int mig_remove_tree(const char *dir);
+/* Bytes of messages and streams written by this process. */
+extern uint64_t mig_bytes_out;
+
+#endif

@@ -1,0 +1,410 @@
+/* `migrate NAME ADDR:PORT`: the source side. Rounds of online snapshots
+ * streamed while the container runs, then freeze, last snapshot, last
+ * round, PREPARE/READY, and the commit exchange. Until the destination
+ * has answered COMMIT the container is ours: any failure thaws it, merges
+ * the temporary snapshots back and leaves it running here. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "attach.h"
+#include "cgroup.h"
+#include "container.h"
+#include "control.h"
+#include "disk.h"
+#include "error.h"
+#include "libploop.h"
+#include "migrate-internal.h"
+#include "migrate-proto.h"
+#include "util.h"
+
+struct src {
+  const struct mig_opts *o;
+  struct mig_result *r;
+  char *diskdir, *mnt;
+  struct ct_cgroup cg;
+  struct mig_record rec;
+  struct ct_runargs ra;
+  int fd;
+  bool running, frozen, stopped_offline;
+  char since[PLOOP_UUID_LEN + 1];
+  uint64_t t0, t_freeze;
+};
+
+void mig_test_hook(const char *phase)
+{
+  const char *p = getenv("PLOOP_MIGRATE_HOOK_PHASE"), *cmd = getenv("PLOOP_MIGRATE_HOOK");
+  if (p && cmd && strcmp(p, phase) == 0 && system(cmd) != 0) {
+    /* the hook's own failure is the test's business */
+  }
+}
+
+static double ms_since(uint64_t t) { return (double)(now_ns() - t) / 1e6; }
+
+/* PLOOP_MIGRATE_TIMING=1: one stderr line with the steps of the downtime. */
+static struct {
+  uint64_t last;
+  char line[512];
+} timing;
+
+static void step(const char *name)
+{
+  if (!getenv("PLOOP_MIGRATE_TIMING"))
+    return;
+  uint64_t t = now_ns();
+  size_t n = strlen(timing.line);
+  if (name && timing.last)
+    snprintf(timing.line + n, sizeof timing.line - n, " %s=%.1fms", name, (double)(t - timing.last) / 1e6);
+  timing.last = t;
+}
+
+/* One round: ROUND message, one disk stream of GUID (since the previous
+ * round's snapshot), the destination's ack naming the same GUID. */
+static int send_round(struct src *s, unsigned round, const char *guid, bool final)
+{
+  char phase[16];
+  snprintf(phase, sizeof phase, final ? "final" : "round%u", round);
+  cleanup_free char *msg = xasprintf("round=%u\nguid=%s\nsince=%s\nfinal=%d\n", round,
+                                     guid ? guid : "", s->since, final);
+  if (mig_send_text(s->fd, MIG_ROUND, msg) < 0)
+    return -1;
+  mig_test_hook(phase);
+  struct ploop_send_opts so = {.guid = guid, .since = s->since[0] ? s->since : NULL};
+  struct ploop_stream_stats st = {0};
+  if (ploop_send(s->diskdir, &so, s->fd, &st) < 0)
+    return ct_fail(0, "round %u: %s", round, ploop_get_error());
+  cleanup_free char *ack = NULL;
+  if (mig_expect(s->fd, MIG_ROUND_ACK, &ack, NULL) < 0)
+    return ct_wrap("round %u", round);
+  char g[PLOOP_UUID_LEN + 1];
+  uint64_t n;
+  if (mig_kv_u64(ack, "round", &n) < 0 || n != round || !mig_kv(ack, "guid", g, sizeof g))
+    return ct_fail(0, "round %u: the destination acknowledged another round", round);
+  if (guid && strcmp(g, guid) != 0)
+    return ct_fail(0, "round %u: the destination holds %s, not %s", round, g, guid);
+  s->r->rounds[s->r->n_rounds++] = st.bytes;
+  s->r->bytes_sent += st.bytes;
+  snprintf(s->since, sizeof s->since, "%s", g);
+  return 0;
+}
+
+static int add_snapshot(struct src *s, const char *guid)
+{
+  snprintf(s->rec.snaps[s->rec.n_snaps++], sizeof s->rec.snaps[0], "%s", guid);
+  /* durable: a crash from here on must still know what to merge back */
+  return mig_record_save(s->o->name, &s->rec, true);
+}
+
+/* Stop policy, after a live round with BYTES: see README "Migration". */
+static const char *stop_reason(const struct src *s)
+{
+  unsigned i = s->r->n_rounds - 1;
+  uint64_t b = s->r->rounds[i];
+  if (s->r->n_rounds >= s->o->max_rounds)
+    return "max rounds";
+  if (b < s->o->min_round)
+    return "round below threshold";
+  if (i > 0 && b * 10 > s->r->rounds[i - 1] * 9)
+    return "round not 10% smaller";
+  return NULL;
+}
+
+static int live_rounds(struct src *s)
+{
+  for (unsigned round = 0;; round++) {
+    char guid[PLOOP_UUID_LEN + 1];
+    /* Live rounds need no consistent filesystem (the frozen round makes the
+     * state consistent), so no FIFREEZE here: the writer never stalls. */
+    if (ploop_ctl_snapshot(s->diskdir, NULL, guid) < 0)
+      return ct_fail(0, "round %u: snapshot: %s", round, ploop_ctl_error());
+    if (add_snapshot(s, guid) < 0 || send_round(s, round, guid, false) < 0)
+      return -1;
+    if ((s->r->stop_reason = stop_reason(s)))
+      return 0;
+  }
+}
+
+static int frozen_round(struct src *s)
+{
+  s->t_freeze = now_ns();
+  step(NULL);
+  if (cg_freeze(&s->cg, true) < 0)
+    return ct_wrap("freeze %s", s->o->name);
+  s->frozen = true;
+  step("freeze");
+  /* Every write the processes made reaches the loop device and, through
+   * FUSE, the daemon; the snapshot then holds them (FIFREEZE inside
+   * ploop_attach_snapshot leaves a clean journal). */
+  cleanup_close int mfd = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (mfd < 0 || syncfs(mfd) < 0)
+    return ct_fail(errno, "sync the filesystem of %s", s->o->name);
+  step("syncfs");
+  char guid[PLOOP_UUID_LEN + 1];
+  if (ploop_attach_snapshot(s->mnt, NULL, guid) < 0)
+    return ct_fail(0, "final snapshot: %s", ploop_get_error());
+  step("snapshot");
+  snprintf(s->rec.snaps[s->rec.n_snaps++], sizeof s->rec.snaps[0], "%s", guid);
+  s->rec.was_frozen = true;
+  /* not durable: an fsync here would be downtime; a crash now loses only
+   * this snapshot's name, and the disk is whole either way */
+  if (mig_record_save(s->o->name, &s->rec, false) < 0)
+    return -1;
+  int rc = send_round(s, s->r->n_rounds, guid, true);
+  step("round");
+  return rc;
+}
+
+static int offline_round(struct src *s)
+{
+  if (s->running) {
+    s->t_freeze = now_ns();
+    /* SIGTERM grace within the receiver's patience (it counts silence) */
+    if (container_stop(s->o->name, s->o->timeout_s / 2) < 0)
+      return ct_wrap("stop %s", s->o->name);
+    s->stopped_offline = true;
+  } else {
+    s->t_freeze = now_ns();
+  }
+  return send_round(s, 0, NULL, true);
+}
+
+static int hello(struct src *s)
+{
+  struct ct_config c;
+  if (ct_config_load(s->o->name, &c) < 0)
+    return -1;
+  cleanup_free char *src = mig_hex(c.source[0] ? c.source : "migrated");
+  cleanup_free char *args = s->ra.argc ? ct_runargs_format(&s->ra) : xasprintf("argc=0\n");
+  const char *mode = s->o->offline ? "offline" : s->running ? "online" : "cold";
+  cleanup_free char *msg =
+      xasprintf("version=%d\nid=%s\nname=%s\ndisk_bytes=%" PRIu64 "\nsource=%s\nmode=%s\ncriu=0\n%s",
+                MIG_VERSION, s->rec.id, s->o->name, c.disk_bytes, src, mode, args);
+  if (mig_send_text(s->fd, MIG_HELLO, msg) < 0)
+    return -1;
+  cleanup_free char *w = NULL;
+  if (mig_expect(s->fd, MIG_WELCOME, &w, NULL) < 0)
+    return -1;
+  uint64_t v;
+  if (mig_kv_u64(w, "version", &v) < 0 || v != MIG_VERSION)
+    return ct_fail(0, "the destination speaks protocol version %s, not %d", w, MIG_VERSION);
+  return 0;
+}
+
+/* The commit exchange. Returns 0 committed and running there, 1 committed
+ * but not running there, CT_EXIT_IN_DOUBT, or -1 (not committed). */
+static int commit(struct src *s)
+{
+  cleanup_free char *msg = xasprintf("criu=%d\n", s->r->criu);
+  if (mig_send_text(s->fd, MIG_PREPARE, msg) < 0)
+    return -1;
+  cleanup_free char *ready = NULL;
+  if (mig_expect(s->fd, MIG_READY, &ready, NULL) < 0)
+    return ct_wrap("prepare");
+  step("prepare");
+  mig_test_hook("ready");
+  snprintf(s->rec.phase, sizeof s->rec.phase, "committing");
+  if (mig_record_save(s->o->name, &s->rec, true) < 0)
+    return -1;
+  /* A peer that hung up (or spoke out of turn) cannot take COMMIT: that is a
+   * plain failure, not doubt. */
+  struct pollfd pfd = {.fd = s->fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&pfd, 1, 0) != 0) {
+    unsigned t;
+    cleanup_free char *junk = NULL;
+    if (mig_recv(s->fd, &t, &junk, NULL) == 0)
+      ct_fail(0, "protocol error: %s before COMMIT", mig_type_name(t));
+    return ct_wrap("before COMMIT");
+  }
+  /* From here until the answer the outcome is not ours to know. */
+  if (mig_send_text(s->fd, MIG_COMMIT, "") < 0)
+    return CT_EXIT_IN_DOUBT;
+  mig_test_hook("commit");
+  cleanup_free char *ans = NULL;
+  if (mig_expect(s->fd, MIG_COMMITTED, &ans, NULL) < 0)
+    return CT_EXIT_IN_DOUBT;
+  s->r->downtime_ms = ms_since(s->t_freeze);
+  step("commit");
+  if (getenv("PLOOP_MIGRATE_TIMING"))
+    fprintf(stderr, "ploop-container: migrate timing:%s\n", timing.line);
+  char state[32], err[512];
+  if (mig_kv(ans, "state", state, sizeof state) && strcmp(state, "running") == 0)
+    return 0;
+  ct_fail(0, "the destination took %s over but could not start it: %s", s->o->name,
+          mig_kv(ans, "error", err, sizeof err) ? err : "no reason given");
+  return 1;
+}
+
+static int check_can_migrate(struct src *s)
+{
+  const struct mig_opts *o = s->o;
+  if (ct_require(o->name) < 0)
+    return -1;
+  if (strcmp(disk_backend(s->diskdir), "ploop") != 0)
+    return ct_usage("%s has a raw disk: migration streams ploop disks only", o->name);
+  struct mig_record m;
+  int have = mig_record_load(o->name, &m);
+  if (have < 0)
+    return -1;
+  if (have) {
+    ct_fail(0, "%s has a migration record (%s, %s): settle it with `migrate --resolve %s`", o->name,
+            m.role, m.phase, o->name);
+    ct_set_error_code(CT_EXIT_BUSY);
+    return -1;
+  }
+  struct ct_state st;
+  s->running = ct_state_load(o->name, &st) > 0 && ct_state_running(&st);
+  if (cg_init(&s->cg, o->name) < 0)
+    return -1;
+  if (s->running) {
+    bool frozen = false;
+    if (cg_is_frozen(&s->cg, &frozen) == 0 && frozen)
+      return ct_usage("%s is frozen: thaw it first (a migration freezes it itself)", o->name);
+    int have_args = ct_runargs_load(o->name, &s->ra);
+    if (have_args < 0)
+      return -1;
+    if (!have_args)
+      return ct_fail(0, "%s was started without a record of its command (older version): restart it",
+                     o->name);
+  } else {
+    cleanup_free char *mnt = ct_path(o->name, "rootfs");
+    if (disk_is_mounted(mnt))
+      return ct_usage("%s is stopped but its disk is mounted: umount it first", o->name);
+    if (ct_runargs_load(o->name, &s->ra) < 0)
+      return -1;
+  }
+  if (!s->running && !o->offline && s->ra.argc)
+    ct_runargs_free(&s->ra);  /* cold copy: it stays stopped there */
+  return 0;
+}
+
+/* A write that failed because the destination gave up: its ERROR message
+ * (why: disk full, bad checksum...) is likely waiting unread; it is the
+ * better reason to report. */
+static void peer_reason(int fd)
+{
+  char ours[1200];
+  snprintf(ours, sizeof ours, "%s", ct_error());
+  if (strstr(ours, "peer: "))
+    return;
+  struct pollfd pfd = {.fd = fd, .events = POLLIN};
+  unsigned t;
+  char *msg = NULL;
+  if (poll(&pfd, 1, 1000) == 1 && mig_recv(fd, &t, &msg, NULL) < 0 && strncmp(ct_error(), "peer: ", 6) == 0) {
+    char theirs[1200];
+    snprintf(theirs, sizeof theirs, "%s", ct_error() + 6);
+    ct_fail(0, "the destination failed: %s", theirs);
+  } else {
+    ct_fail(0, "%s", ours);
+  }
+  free(msg);
+}
+
+/* Undoes our side after a failure before COMMIT. The error is kept. */
+static void roll_back(struct src *s)
+{
+  char saved[1200];
+  snprintf(saved, sizeof saved, "%s", ct_error());
+  int code = ct_error_code();
+  if (s->rec.id[0] && mig_source_abort(s->o->name, &s->rec) < 0)
+    fprintf(stderr, "ploop-container: rolling back %s: %s\n", s->o->name, ct_error());
+  if (s->stopped_offline) {
+    cleanup_close int lock = ct_lock(s->o->name);
+    if (lock < 0 || mig_start(s->o->name, lock, &s->ra, false) < 0)
+      fprintf(stderr, "ploop-container: restarting %s here: %s\n", s->o->name, ct_error());
+  }
+  ct_fail(0, "%s", saved);
+  ct_set_error_code(code);
+}
+
+int migrate_source(const struct mig_opts *o, struct mig_result *r)
+{
+  memset(r, 0, sizeof *r);
+  signal(SIGPIPE, SIG_IGN);  /* a dead peer is an error to roll back from, not our death */
+  struct src s = {.o = o, .r = r, .fd = -1};
+  s.t0 = now_ns();
+  s.diskdir = ct_path(o->name, "disk");
+  s.mnt = ct_path(o->name, "rootfs");
+  int rc = -1;
+  cleanup_close int mlock = -1;
+  cleanup_free char *lockpath = ct_path(o->name, "migration.lock");
+  if (check_can_migrate(&s) < 0)
+    goto out;
+  mlock = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (mlock < 0 || flock(mlock, LOCK_EX | LOCK_NB) < 0) {
+    ct_fail(errno, "%s is being migrated already", o->name);
+    ct_set_error_code(CT_EXIT_BUSY);
+    goto out;
+  }
+  r->online = s.running && !o->offline;
+  s.fd = mig_connect(o->dest, o->timeout_s);
+  if (s.fd < 0)
+    goto out;
+  ploop_uuid_generate(s.rec.id);
+  snprintf(s.rec.role, sizeof s.rec.role, "source");
+  snprintf(s.rec.phase, sizeof s.rec.phase, "rounds");
+  snprintf(s.rec.dest, sizeof s.rec.dest, "%s", o->dest);
+  if (hello(&s) < 0 || mig_record_save(o->name, &s.rec, true) < 0)
+    goto fail;
+  if (r->online ? live_rounds(&s) < 0 || frozen_round(&s) < 0 : offline_round(&s) < 0)
+    goto fail;
+  rc = commit(&s);
+  if (rc < 0)
+    goto fail;
+  if (rc == CT_EXIT_IN_DOUBT) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", ct_error());
+    ct_fail(0, "%s: in doubt: COMMIT was sent but the destination's answer was lost (%s); the "
+               "container stays %s here: run `ploop-container migrate --resolve %s`",
+            o->name, why, s.running && !o->offline ? "frozen" : "stopped", o->name);
+    ct_set_error_code(CT_EXIT_IN_DOUBT);
+    goto out;
+  }
+  /* Committed: the destination owns it now (rc 1: there, but stopped). */
+  int keep = o->keep_source || rc == 1;
+  char err[1200];
+  snprintf(err, sizeof err, "%s", ct_error());
+  if (mig_source_finish(o->name, keep) < 0) {
+    fprintf(stderr, "ploop-container: %s moved, but cleaning up here failed: %s\n", o->name,
+            ct_error());
+  }
+  if (rc == 1) {
+    ct_fail(0, "%s", err);
+    rc = -1;
+    goto out;
+  }
+  r->total_ms = ms_since(s.t0);
+  r->bytes_sent += mig_bytes_out;
+  rc = 0;
+  goto out;
+fail:
+  if (s.fd >= 0) {
+    peer_reason(s.fd);
+    mig_send_error(s.fd, ct_error());
+    close(s.fd);
+    s.fd = -1;
+  }
+  ct_wrap("migrate %s to %s", o->name, o->dest);
+  roll_back(&s);
+  if (ct_error_code() == CT_EXIT_FAIL) { /* usage and not-found keep their codes */
+    char why[1200];
+    snprintf(why, sizeof why, "%s", ct_error());
+    ct_fail(0, "%s; %s %s here", why, o->name, s.running ? "runs on" : "stays");
+  }
+  rc = -1;
+out:
+  if (s.fd >= 0)
+    close(s.fd);
+  r->total_ms = ms_since(s.t0);
+  cg_free(&s.cg);
+  ct_runargs_free(&s.ra);
+  free(s.diskdir);
+  free(s.mnt);
+  return rc;
+}

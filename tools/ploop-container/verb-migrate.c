@@ -1,0 +1,141 @@
+/* `migrate NAME ADDR:PORT [...]` and `migrate --resolve NAME [--commit|--abort]`. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "migrate.h"
+#include "util.h"
+#include "verbs.h"
+
+static const char help[] =
+    "usage: ploop-container migrate NAME ADDR:PORT [--offline] [--criu PATH | --no-criu]\n"
+    "         [--keep-source] [--json] [--max-rounds N] [--min-round BYTES] [--timeout S]\n"
+    "       ploop-container migrate --resolve NAME [--commit | --abort] [--to ADDR:PORT]\n"
+    "Moves NAME to the host where `ploop-container receive --listen ADDR:PORT` runs.\n"
+    "Online (the default for a running container): round 0 streams the disk below a\n"
+    "snapshot while the container runs; each next round streams what changed since\n"
+    "the last snapshot. Live rounds stop after --max-rounds (default 8), or after a\n"
+    "round under --min-round bytes (default 16M: about 130 ms on a 1 Gbit/s link), or\n"
+    "after a round not at least 10% smaller than the one before. Then the container\n"
+    "is frozen, its filesystem synced, the last round sent, and it starts there; it\n"
+    "is removed here (--keep-source: stopped and kept). --offline: stop, copy, start.\n"
+    "Any failure before the destination confirms leaves it running here.\n"
+    "Exit 6: in doubt (COMMIT sent, no answer): the container stays frozen here until\n"
+    "`migrate --resolve NAME` asks the destination, or --commit/--abort decide.\n";
+
+static int num_arg(const char *what, const char *s, uint64_t max, uint64_t *out)
+{
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end || s[0] == '-' || !s[0] || v > max)
+    return ct_usage("%s: '%s' is not a number (at most %" PRIu64 ")", what, s, max);
+  *out = v;
+  return 0;
+}
+
+static void print_result(const struct mig_opts *o, const struct mig_result *r, bool json)
+{
+  if (json) {
+    printf("{\"rounds\":[");
+    for (unsigned i = 0; i < r->n_rounds; i++)
+      printf("%s%" PRIu64, i ? "," : "", r->rounds[i]);
+    printf("],\"bytes_sent\":%" PRIu64 ",\"downtime_ms\":%.1f,\"total_ms\":%.1f,\"criu\":%s,"
+           "\"online\":%s,\"stop_reason\":\"%s\"}\n",
+           r->bytes_sent, r->downtime_ms, r->total_ms, r->criu ? "true" : "false",
+           r->online ? "true" : "false", r->stop_reason ? r->stop_reason : "");
+    return;
+  }
+  for (unsigned i = 0; i < r->n_rounds; i++) {
+    char b[32];
+    format_size(r->rounds[i], b, sizeof b);
+    printf("round %u%s: %s (%" PRIu64 " bytes)\n", i,
+           i + 1 == r->n_rounds ? (r->online ? " (frozen)" : " (stopped)") : "", b, r->rounds[i]);
+  }
+  char total[32];
+  format_size(r->bytes_sent, total, sizeof total);
+  printf("%s moved to %s: %s sent, downtime %.1f ms, total %.1f ms, %s%s%s\n", o->name, o->dest,
+         total, r->downtime_ms, r->total_ms, r->criu ? "processes restored" : "command restarted",
+         r->stop_reason ? "; live rounds stopped: " : "", r->stop_reason ? r->stop_reason : "");
+}
+
+int verb_migrate(int argc, char **argv)
+{
+  static const struct option opts[] = {
+      {"offline", no_argument, NULL, 'o'},      {"criu", required_argument, NULL, 'c'},
+      {"no-criu", no_argument, NULL, 'n'},      {"keep-source", no_argument, NULL, 'k'},
+      {"json", no_argument, NULL, 'j'},         {"max-rounds", required_argument, NULL, 'r'},
+      {"min-round", required_argument, NULL, 'm'}, {"timeout", required_argument, NULL, 't'},
+      {"resolve", no_argument, NULL, 'R'},      {"commit", no_argument, NULL, 'C'},
+      {"abort", no_argument, NULL, 'A'},        {"to", required_argument, NULL, 'T'},
+      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+  struct mig_opts o = {.max_rounds = MIG_DEFAULT_ROUNDS, .min_round = MIG_DEFAULT_MIN_ROUND,
+                       .timeout_s = MIG_DEFAULT_TIMEOUT};
+  bool json = false, resolve = false;
+  int decision = 0;
+  const char *to = NULL;
+  uint64_t v;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'o': o.offline = true; break;
+    case 'c': o.criu_path = optarg; break;
+    case 'n': o.no_criu = true; break;
+    case 'k': o.keep_source = true; break;
+    case 'j': json = true; break;
+    case 'r':
+      if (num_arg("--max-rounds", optarg, MIG_MAX_ROUNDS, &v) < 0)
+        return -1;
+      if (v < 1)
+        return ct_usage("--max-rounds must be at least 1");
+      o.max_rounds = (unsigned)v;
+      break;
+    case 'm':
+      if (parse_size_arg("--min-round", optarg, &o.min_round) < 0) {
+        ct_set_error_code(CT_EXIT_USAGE);
+        return -1;
+      }
+      break;
+    case 't':
+      if (num_arg("--timeout", optarg, 3600, &v) < 0)
+        return -1;
+      if (v < 1)
+        return ct_usage("--timeout must be at least 1 second");
+      o.timeout_s = (unsigned)v;
+      break;
+    case 'R': resolve = true; break;
+    case 'C': decision = 1; break;
+    case 'A': decision = -1; break;
+    case 'T': to = optarg; break;
+    case 'h': fputs(help, stdout); return 0;
+    default: return ct_usage("migrate: bad option '%s' (see migrate --help)", argv[optind - 1]);
+    }
+  }
+  if (resolve) {
+    if (argc - optind != 1)
+      return ct_usage("usage: migrate --resolve NAME [--commit | --abort] [--to ADDR:PORT]");
+    return migrate_resolve(argv[optind], to, decision, o.timeout_s) < 0 ? -1 : 0;
+  }
+  if (decision || to)
+    return ct_usage("--commit, --abort and --to go with --resolve");
+  if (argc - optind != 2)
+    return ct_usage("usage: migrate NAME ADDR:PORT [options] (see migrate --help)");
+  if (o.criu_path && o.no_criu)
+    return ct_usage("--criu and --no-criu exclude each other");
+  o.name = argv[optind];
+  o.dest = argv[optind + 1];
+  if (ct_check_name(o.name) < 0)
+    return -1;
+  if (o.criu_path && !o.offline)
+    fprintf(stderr, "ploop-container: CRIU support is not built in: the command will be restarted "
+                    "on the destination\n");
+  struct mig_result r;
+  int rc = migrate_source(&o, &r);
+  if (rc == 0)
+    print_result(&o, &r, json);
+  return rc == 0 ? 0 : -1;
+}

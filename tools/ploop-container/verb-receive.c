@@ -1,0 +1,55 @@
+/* `receive --listen ADDR:PORT [--once] [--timeout S]`, `receive --recover`. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "migrate.h"
+#include "verbs.h"
+
+static const char help[] =
+    "usage: ploop-container receive --listen ADDR:PORT [--once] [--timeout S]\n"
+    "       ploop-container receive --recover\n"
+    "Receives containers that `ploop-container migrate` sends, under --root.\n"
+    "Nothing runs here before the source's COMMIT; a migration that fails before\n"
+    "it leaves nothing behind. --once: serve one migration and exit with its result.\n"
+    "--recover: remove what receivers that were killed left half-received.\n";
+
+int verb_receive(int argc, char **argv)
+{
+  static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
+                                       {"once", no_argument, NULL, 'o'},
+                                       {"timeout", required_argument, NULL, 't'},
+                                       {"recover", no_argument, NULL, 'r'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  const char *listen_addr = NULL;
+  bool once = false, recover = false;
+  unsigned long timeout = MIG_DEFAULT_TIMEOUT;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'l': listen_addr = optarg; break;
+    case 'o': once = true; break;
+    case 'r': recover = true; break;
+    case 't': {
+      char *end;
+      errno = 0;
+      timeout = strtoul(optarg, &end, 10);
+      if (errno || *end || optarg[0] == '-' || timeout < 1 || timeout > 3600)
+        return ct_usage("--timeout: '%s' is not a number of seconds (1-3600)", optarg);
+      break;
+    }
+    case 'h': fputs(help, stdout); return 0;
+    default: return ct_usage("receive: bad option '%s' (see receive --help)", argv[optind - 1]);
+    }
+  }
+  if (optind != argc)
+    return ct_usage("receive: unexpected argument '%s'", argv[optind]);
+  if (recover)
+    return migrate_recover_incoming(true) < 0 ? -1 : 0;
+  if (!listen_addr)
+    return ct_usage("usage: receive --listen ADDR:PORT [--once] [--timeout S]");
+  return migrate_receive(listen_addr, once, (unsigned)timeout) < 0 ? -1 : 0;
+}
