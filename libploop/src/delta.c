@@ -181,7 +181,7 @@ static int validate_header(const char *path, const struct ploop_header_host *h, 
   if (file_size < (uint64_t)h->first_block * 512 && file_size < round_up(bat_end, 512))
     return corrupt(path, "file truncated: %llu bytes, the BAT needs %llu", file_size, bat_end);
   if (h->flags & PLOOP_CIF_FMT_CONVERT)
-    return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: a format conversion was interrupted; run ploop check -r",
+    return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: a format conversion was interrupted; run 'ploop check -F -d'",
                        path);
   return 0;
 }
@@ -330,7 +330,7 @@ struct ploop_delta *delta_open(const char *path, unsigned flags)
     goto fail;
   if (d->h.in_use == PLOOP_IN_USE && !(flags & (PLOOP_OPEN_ALLOW_DIRTY | DELTA_OPEN_FRESH))) {
     ploop_error(PLOOP_ERR_BUSY, EBUSY,
-                "%s: image is marked in use (open elsewhere, or not closed cleanly); run 'ploop check -r'",
+                "%s: image is marked in use (open elsewhere, or not closed cleanly); run 'ploop check -F -d'",
                 path);
     goto fail;
   }

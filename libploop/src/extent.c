@@ -27,6 +27,11 @@ int ploop_reserve_zeroed(int fd, const char *path, uint64_t off, uint64_t len)
   if (errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL)
     return ploop_error_os(path, "fallocate");
   /* No fallocate here: zeros, written. */
+  return ploop_reserve_written(fd, path, off, len);
+}
+
+int ploop_reserve_written(int fd, const char *path, uint64_t off, uint64_t len)
+{
   size_t chunk = (size_t)min_u64(len, 1u << 20);
   uint8_t *z = ploop_aligned_alloc(chunk);
   if (!z)
@@ -179,4 +184,31 @@ void delta_bat_unmaterialize(struct ploop_delta *d, const uint32_t *taken, size_
 {
   for (size_t i = 0; i < k; i++)
     d->bat_unwritten[taken[i]] = 1;
+}
+
+int ploop_delta_fill_holes(const char *path, uint64_t *filled)
+{
+  *filled = 0;
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return ploop_error(PLOOP_ERR_NOTFOUND, errno, "%s: open: %s", path, strerror(errno));
+  off_t size = lseek(fd, 0, SEEK_END), pos = 0;
+  int rc = 0;
+  /* Zeros written, as OpenVZ's check -S: an allocation alone could leave
+   * part of a cluster unwritten, which it refuses just the same. */
+  while (rc == 0 && pos < size) {
+    off_t hole = lseek(fd, pos, SEEK_HOLE);
+    if (hole < 0 || hole >= size)
+      break;
+    off_t data = lseek(fd, hole, SEEK_DATA);
+    if (data < 0)
+      data = size;
+    rc = ploop_reserve_written(fd, path, (uint64_t)hole, (uint64_t)(data - hole));
+    *filled += (uint64_t)(data - hole);
+    pos = data;
+  }
+  if (rc == 0 && *filled && fdatasync(fd) < 0)
+    rc = ploop_error_os(path, "fdatasync");
+  close(fd);
+  return rc;
 }

@@ -145,6 +145,8 @@ void ploop_chs(uint64_t size_sectors, uint32_t *cylinders, uint32_t *heads, uint
 /* LEN bytes at OFF allocated and reading as zeros: fallocate, or zeros
  * written where the filesystem has no fallocate. */
 int ploop_reserve_zeroed(int fd, const char *path, uint64_t off, uint64_t len);
+/* LEN bytes of zeros written at OFF. */
+int ploop_reserve_written(int fd, const char *path, uint64_t off, uint64_t len);
 size_t delta_bat_clusters(const struct ploop_delta *d);
 /* Which header/BAT clusters are not written whole yet, and which data
  * clusters are only allocated (FIEMAP; none where the filesystem cannot
@@ -231,7 +233,7 @@ int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_pro
  * caller closes it without another write (rdwr cleared). */
 int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque,
                             uint64_t total);
-/* Undo an interrupted version conversion from its backup (check -r). 1 = restored, 0 = no backup. */
+/* Undo an interrupted version conversion from its backup (check -F). 1 = restored, 0 = no backup. */
 int convert_restore_backup(const char *path);
 
 /* ---- snapshots, merge, resize ---- */

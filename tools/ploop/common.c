@@ -61,6 +61,8 @@ int cli_exit_from_status(int status)
     return EXIT_BUSY;
   case PLOOP_ERR_NOTFOUND:
     return EXIT_NOTFOUND;
+  case PLOOP_ERR_NOSNAP:
+    return EXIT_NOSNAP;
   default:
     return EXIT_GENERIC;
   }
@@ -184,7 +186,7 @@ int cli_classify(const char *path, enum cli_target *out)
 {
   struct stat st;
   if (stat(path, &st) < 0)
-    return cli_error(errno == ENOENT ? EXIT_NOTFOUND : EXIT_IO, "%s: %s", path, strerror(errno));
+    return cli_error(EXIT_NOTFOUND, "%s: %s", path, strerror(errno)); /* cannot open: SYSEXIT_OPEN */
   if (S_ISDIR(st.st_mode)) {
     *out = CLI_TARGET_DISK;
     return 0;
@@ -197,7 +199,7 @@ int cli_classify(const char *path, enum cli_target *out)
   char head[16] = {0};
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return cli_error(errno == ENOENT ? EXIT_NOTFOUND : EXIT_IO, "%s: %s", path, strerror(errno));
+    return cli_error(EXIT_NOTFOUND, "%s: %s", path, strerror(errno)); /* cannot open: SYSEXIT_OPEN */
   ssize_t got = read(fd, head, sizeof head);
   close(fd);
   *out = CLI_TARGET_DELTA;
