@@ -24,7 +24,7 @@ static int find_writable(const char *what, const char *verb, struct ploop_attach
     return -1;
   if (!i->daemon_alive)
     return ploop_set_error(PLOOP_ERR_IO, ESRCH,
-                       "%s: %s: the serving daemon is gone; run `ploop umount` and `ploop check -r`",
+                       "%s: %s: the serving daemon is gone; run `ploop umount` and `ploop check -F -d`",
                        i->disk_dir, verb);
   if (i->readonly || i->snapshot_guid[0])
     return ploop_set_error(PLOOP_ERR_PARAM, EROFS, "%s: %s: attached read-only", i->disk_dir, verb);

@@ -175,7 +175,7 @@ static int daemon_stop(pid_t pid, const char *fuse_dir)
   }
   kill(pid, SIGKILL);
   return ploop_set_error(PLOOP_ERR_BUSY, ETIMEDOUT,
-                     "ploop-nbd (pid %d) did not stop in %d s; killed, run `ploop check -r`",
+                     "ploop-nbd (pid %d) did not stop in %d s; killed, run `ploop check -F -d`",
                      (int)pid, DAEMON_STOP_TIMEOUT_MS / 1000);
 }
 

@@ -68,7 +68,7 @@ int ploop_attach_mount(const char *disk_dir, const struct ploop_attach_opts *o,
  * device, stops the daemon (SIGTERM, waits for it to close the image cleanly)
  * and removes its FUSE mount and state.  WHAT is the disk directory (its top
  * attachment, or its only one), a mount point or the device.  Works after
- * the daemon died too (the image is then left marked in use: `ploop check -r`). */
+ * the daemon died too (the image is then left marked in use: `ploop check -F -d`). */
 int ploop_attach_umount(const char *what);
 
 /* Finds the attachment WHAT names (as for umount); -1 / PLOOP_ERR_NOTFOUND if none. */

@@ -37,7 +37,8 @@ enum ploop_status {
   PLOOP_ERR_CORRUPT = 3,  /* image or descriptor fails validation */
   PLOOP_ERR_IO = 4,       /* the operating system refused I/O */
   PLOOP_ERR_BUSY = 5,     /* locked by another process, or in use */
-  PLOOP_ERR_NOTFOUND = 6, /* no such file / snapshot */
+  PLOOP_ERR_NOTFOUND = 6, /* no such file, or it cannot be opened */
+  PLOOP_ERR_NOSNAP = 7,   /* no such snapshot */
 };
 /* Class of the last error in this thread (an enum ploop_status). */
 int ploop_get_status(void);
@@ -111,14 +112,22 @@ struct ploop_check_report {
   bool in_use;
   bool repaired; /* repair was asked for and done */
   char header_problem[256];
+  bool in_use_dropped; /* the in-use mark was cleared */
 };
 enum ploop_check_flags {
   PLOOP_CHECK_REPAIR = 1 << 0,  /* fix what can be fixed (clears bad slots) */
   PLOOP_CHECK_FORCE = 1 << 1,   /* check even when the in-use mark is clear */
-  PLOOP_CHECK_READONLY = 1 << 2 /* never write, even the in-use mark */
+  PLOOP_CHECK_READONLY = 1 << 2, /* never write, even the in-use mark */
+  PLOOP_CHECK_KEEP_INUSE = 1 << 3, /* REPAIR leaves the in-use mark (OpenVZ's -F without -d) */
+  PLOOP_CHECK_DROP_INUSE = 1 << 4, /* clear the in-use mark when nothing else is wrong (OpenVZ's -d) */
 };
-/* Returns 0 when clean (or repaired), 1 when problems remain, -1 on error. */
+/* Returns 0 when clean (or repaired), 1 when problems remain (an in-use
+ * mark left set included), -1 on error. An image that cannot be opened
+ * is PLOOP_ERR_NOTFOUND whatever the reason (OpenVZ's SYSEXIT_OPEN). */
 int ploop_delta_check(const char *path, unsigned flags, struct ploop_check_report *r);
+/* Writes zeros into every hole of the file (OpenVZ's check -S: its
+ * kernel and its check refuse a sparse image); *FILLED = bytes filled. */
+int ploop_delta_fill_holes(const char *path, uint64_t *filled);
 /* One line per problem found, for printing; writes into BUF. */
 void ploop_check_report_format(const struct ploop_check_report *r, char *buf, size_t len);
 
@@ -292,8 +301,9 @@ int ploop_export_raw(const char *dir_or_xml, const char *snapshot_guid, const ch
 
 /* ---- check of a whole disk ------------------------------------------ */
 
-/* Checks the descriptor and every delta. Returns 0 clean/repaired, 1 broken, -1 error.
- * MSG receives one line per problem. */
+/* Checks the descriptor and every delta. Returns 0 clean/repaired, 1 broken,
+ * 2 intact but some delta left marked in use, -1 error. MSG receives one
+ * line per problem. */
 int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t msglen);
 
 /* ---- helpers -------------------------------------------------------- */

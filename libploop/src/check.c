@@ -57,6 +57,8 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
 {
   memset(r, 0, sizeof *r);
   bool repair = (flags & PLOOP_CHECK_REPAIR) && !(flags & PLOOP_CHECK_READONLY);
+  bool drop = ((repair && !(flags & PLOOP_CHECK_KEEP_INUSE)) || (flags & PLOOP_CHECK_DROP_INUSE)) &&
+              !(flags & PLOOP_CHECK_READONLY);
   /* An interrupted version conversion is undone from its backup first. */
   if (repair) {
     int restored = convert_restore_backup(dir, path);
@@ -65,7 +67,7 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
     if (restored)
       r->repaired = true;
   }
-  int fd = ploop_open_file(dir, path, (repair ? O_RDWR : O_RDONLY) | O_DIRECT, 0);
+  int fd = ploop_open_file(dir, path, (repair || drop ? O_RDWR : O_RDONLY) | O_DIRECT, 0);
   if (fd < 0)
     return -1;
   int rc = -1;
@@ -149,10 +151,9 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
   r->file_size_unaligned = file_size % cb != 0;
   r->in_use = h.in_use == PLOOP_IN_USE;
   bool convert = h.flags & PLOOP_CIF_FMT_CONVERT;
-  bool problems = r->clusters_misaligned || r->clusters_in_bat_area || r->clusters_beyond_eof ||
-                  r->clusters_beyond_size || r->clusters_duplicate || r->file_size_unaligned || r->in_use ||
-                  convert;
-  if (!problems) {
+  bool content = r->clusters_misaligned || r->clusters_in_bat_area || r->clusters_beyond_eof ||
+                 r->clusters_beyond_size || r->clusters_duplicate || r->file_size_unaligned || convert;
+  if (!content && !r->in_use) {
     rc = 0;
     goto out;
   }
@@ -167,7 +168,12 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
     rc = 1;
     goto out;
   }
-  if (!repair) {
+  /* As OpenVZ: the mark alone may be dropped; never over damage left in place. */
+  if (content && !repair) {
+    rc = 1;
+    goto out;
+  }
+  if (!content && !drop) {
     rc = 1;
     goto out;
   }
@@ -185,9 +191,13 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
     ploop_error_os(path, "truncate");
     goto out;
   }
-  h.in_use = PLOOP_CLEAN_V20;
-  h.flags &= ~PLOOP_CIF_FMT_CONVERT;
-  h.ext_offset = 0;
+  if (drop && r->in_use) {
+    h.in_use = PLOOP_CLEAN_V20;
+    h.ext_offset = 0;
+    r->in_use_dropped = true;
+  }
+  if (repair)
+    h.flags &= ~PLOOP_CIF_FMT_CONVERT;
   ploop_header_encode(&h, bat);
   if (ploop_pwrite_full(fd, bat, PLOOP_ALIGN, 0, path) < 0)
     goto out;
@@ -195,8 +205,8 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
     ploop_error_os(path, "fdatasync");
     goto out;
   }
-  r->repaired = true;
-  rc = 0;
+  r->repaired = content || r->in_use_dropped;
+  rc = r->in_use && !r->in_use_dropped ? 1 : 0;
 out:
   free(seen);
   free(bat);
@@ -245,8 +255,8 @@ void ploop_check_report_format(const struct ploop_check_report *r, char *buf, si
              0);
   if (r->in_use)
     add_line(buf, len, &pos,
-             r->repaired ? "in-use mark was set (cleared)%.0llu\n"
-                         : "image is marked in use (not closed cleanly)%.0llu\n",
+             r->in_use_dropped ? "in-use mark was set (cleared)%.0llu\n"
+                               : "image is marked in use (not closed cleanly)%.0llu\n",
              0);
   if (r->clusters_lost)
     add_line(buf, len, &pos, "%llu unreferenced clusters (lost space after a crash, not corruption)\n",
@@ -262,7 +272,7 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
   if (!d)
     return -1;
   int lock = -1;
-  if ((flags & PLOOP_CHECK_REPAIR) &&
+  if ((flags & (PLOOP_CHECK_REPAIR | PLOOP_CHECK_DROP_INUSE)) && !(flags & PLOOP_CHECK_READONLY) &&
       (lock = ploop_lock_disk(d->dir, PLOOP_LOCK_WRITER | PLOOP_LOCK_DELTAS)) < 0) {
     ploop_descriptor_free(d);
     return -1;
@@ -291,8 +301,13 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
       ploop_check_report_format(&r, lines, sizeof lines);
       for (char *l = strtok(lines, "\n"); l && pos < msglen; l = strtok(NULL, "\n"))
         pos += (size_t)snprintf(msg + pos, msglen - pos, "%s: %s\n", path, l);
-      if (rc == 1)
+      bool content = r.clusters_misaligned || r.clusters_in_bat_area || r.clusters_beyond_eof ||
+                     r.clusters_beyond_size || r.clusters_duplicate || r.file_size_unaligned || r.header_problem[0];
+      bool only_mark = rc == 1 && !r.header_bad && r.in_use && !r.in_use_dropped && (r.repaired || !content);
+      if (rc == 1 && !only_mark)
         result = 1;
+      else if (rc == 1 && result == 0)
+        result = 2;
       if (rc == 0 && !r.header_bad) {
         struct ploop_delta *dl = delta_open(d->dir, path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
         if (dl && dl->h.cluster_sectors != d->cluster_sectors) {

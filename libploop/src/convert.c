@@ -1,7 +1,7 @@
 /* Format conversions: v1 <-> v2 in place (BAT entries in sectors vs in
  * clusters), and ploop1 <-> raw for a single-image disk. The in-place
  * conversion keeps a backup of the BAT and sets CIF_FmtVersionConvert
- * while the BAT is rewritten; `ploop check -r` restores from the backup. */
+ * while the BAT is rewritten; `ploop check -F` restores from the backup. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>

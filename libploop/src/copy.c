@@ -235,9 +235,11 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
         aio_queue(&aio, top->fd, top->path, wb + (size_t)i * cb, cb, off, 1);
       }
     int arc = aio_run(&aio);
-    for (unsigned i = 0; i < pending_n; i++)
-      if (alloc_off[i])
-        delta_alloc_finish(top, pending_first + i, arc == 0 ? alloc_off[i] : 0);
+    for (unsigned i = pending_n; i-- > 0;)
+      if (alloc_off[i] && arc == 0)
+        delta_alloc_finish(top, pending_first + i, alloc_off[i]);
+      else if (alloc_off[i])
+        delta_alloc_abandon(top, pending_first + i, alloc_off[i]);
     if (arc < 0)
       goto out;
     if (pending_n && progress)
@@ -281,9 +283,9 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
     }
     /* One thread allocates here, so the new clusters are contiguous. */
     if (new_count && reserve_clusters(top, new_first, new_count) < 0) {
-      for (unsigned i = 0; i < n; i++)
+      for (unsigned i = n; i-- > 0;)
         if (alloc_off[i])
-          delta_alloc_finish(top, first + i, 0);
+          delta_alloc_abandon(top, first + i, alloc_off[i]);
       goto out;
     }
     pending_first = first;
@@ -291,6 +293,11 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
     half ^= 1;
   }
   if (ploop_disk_flush(disk) < 0)
+    goto out;
+  /* A cluster that became zero was punched out of the file: move tail
+   * clusters into the holes and cut the tail, so the image is left without
+   * holes (OpenVZ refuses a sparse image) and smaller. */
+  if (st.clusters_zeroed && ploop_disk_compact(disk, NULL) < 0)
     goto out;
   st.bytes_total = src_size;
   rc = 0;
@@ -393,7 +400,7 @@ static int merge_place(struct merge_state *ms, unsigned s)
       return -1;
     fresh = r == 0;
     if (fresh && merge_reserve(ms, off) < 0) {
-      delta_alloc_finish(p, vc, 0);
+      delta_alloc_abandon(p, vc, DELTA_OFF(off));
       return -1;
     }
   }
@@ -402,8 +409,10 @@ static int merge_place(struct merge_state *ms, unsigned s)
     wb_kicker_wrote(&ms->wb, ms->cb);
   /* A new entry is published in memory only: it reaches the disk after the
    * data is durable (delta_flush or merge_seal below, or P's close). */
-  if (fresh)
-    delta_alloc_finish(p, vc, rc == 0 ? DELTA_OFF(off) : 0);
+  if (fresh && rc == 0)
+    delta_alloc_finish(p, vc, DELTA_OFF(off));
+  else if (fresh)
+    delta_alloc_abandon(p, vc, DELTA_OFF(off));
   return rc;
 }
 

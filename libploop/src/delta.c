@@ -108,19 +108,22 @@ int delta_create_file_nosync(const char *dir, const char *path, const struct plo
       ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: create: %s", path, strerror(EEXIST));
     return -1;
   }
-  /* Only the header page is written: the rest of the BAT area reads as
-   * zeros (empty slots), so creating a delta costs the same for any size;
-   * that is what keeps a snapshot instant. */
-  uint8_t *buf = ploop_aligned_alloc(PLOOP_ALIGN);
+  /* Cluster 0 (the header and the first BAT slots) is written whole; the
+   * rest of the BAT area is only allocated, reading as zeros (empty slots),
+   * so creating a delta costs the same for any size: that is what keeps a
+   * snapshot instant. No holes: OpenVZ refuses a sparse image (extent.c). */
+  uint8_t *buf = ploop_aligned_alloc(cluster);
   if (!buf)
-    goto fail;
-  ploop_header_encode(&h, buf);
-  if (ploop_pwrite_full(fd, buf, PLOOP_ALIGN, 0, path) < 0)
     goto fail;
   if (ftruncate(fd, (off_t)bat_area) < 0) {
     ploop_error_os(path, "truncate");
     goto fail;
   }
+  if (ploop_reserve_zeroed(fd, path, cluster, bat_area - cluster) < 0)
+    goto fail;
+  ploop_header_encode(&h, buf);
+  if (ploop_pwrite_full(fd, buf, cluster, 0, path) < 0)
+    goto fail;
   free(buf);
   *fd_out = fd;
   return 0;
@@ -180,7 +183,7 @@ static int validate_header(const char *path, const struct ploop_header_host *h, 
   if (file_size < (uint64_t)h->first_block * 512 && file_size < round_up(bat_end, 512))
     return corrupt(path, "file truncated: %llu bytes, the BAT needs %llu", file_size, bat_end);
   if (h->flags & PLOOP_CIF_FMT_CONVERT)
-    return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: a format conversion was interrupted; run ploop check -r",
+    return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: a format conversion was interrupted; run 'ploop check -F -d'",
                        path);
   return 0;
 }
@@ -193,9 +196,12 @@ static void delta_free(struct ploop_delta *d)
     close(d->fd);
   pthread_mutex_destroy(&d->lock);
   pthread_mutex_destroy(&d->flush_lock);
+  pthread_mutex_destroy(&d->fill_lock);
   pthread_cond_destroy(&d->cond);
   free(d->bat_raw);
   free(d->page_dirty);
+  free(d->bat_unwritten);
+  free(d->unwritten);
   free(d->path);
   free(d->dir);
   free(d);
@@ -211,6 +217,7 @@ static struct ploop_delta *delta_alloc(const char *dir, const char *path)
   d->fd = -1;
   pthread_mutex_init(&d->lock, NULL);
   pthread_mutex_init(&d->flush_lock, NULL);
+  pthread_mutex_init(&d->fill_lock, NULL);
   pthread_cond_init(&d->cond, NULL);
   d->path = ploop_strdup(path);
   d->dir = dir ? ploop_strdup(dir) : NULL;
@@ -320,7 +327,7 @@ struct ploop_delta *delta_open(const char *dir, const char *path, unsigned flags
     goto fail;
   if (d->h.in_use == PLOOP_IN_USE && !(flags & (PLOOP_OPEN_ALLOW_DIRTY | DELTA_OPEN_FRESH))) {
     ploop_error(PLOOP_ERR_BUSY, EBUSY,
-                "%s: image is marked in use (open elsewhere, or not closed cleanly); run 'ploop check -r'",
+                "%s: image is marked in use (open elsewhere, or not closed cleanly); run 'ploop check -F -d'",
                 path);
     goto fail;
   }
@@ -330,6 +337,8 @@ struct ploop_delta *delta_open(const char *dir, const char *path, unsigned flags
     ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
     goto fail;
   }
+  if (d->rdwr && delta_extent_scan(d, file_size) < 0)
+    goto fail;
   /* A delta this process just created already carries the mark. */
   if (d->rdwr && !(flags & DELTA_OPEN_FRESH) && delta_set_in_use(d, true) < 0)
     goto fail;
@@ -363,17 +372,31 @@ struct ploop_delta *delta_open_raw(const char *dir, const char *path, uint32_t c
 
 int delta_write_header(struct ploop_delta *d)
 {
-  ploop_header_encode(&d->h, d->bat_raw);
   /* Page 0 also holds BAT slots: take the flush lock so a half-flushed page
-   * never goes out with entries whose data is not yet durable. */
+   * never goes out with entries whose data is not yet durable. A cluster 0
+   * not yet written whole (an image from elsewhere) goes out whole. */
   pthread_mutex_lock(&d->flush_lock);
-  int rc = 0;
-  if (fdatasync(d->fd) < 0)
-    rc = ploop_error_os(d->path, "fdatasync");
-  if (rc == 0)
-    rc = ploop_pwrite_full(d->fd, d->bat_raw, PLOOP_BAT_PAGE, 0, d->path);
+  bool whole = d->bat_unwritten && d->n_bat_clusters && d->bat_unwritten[0];
+  size_t len = whole ? (size_t)min_u64(d->cluster_bytes, d->bat_bytes) : PLOOP_BAT_PAGE;
+  uint8_t *copy = ploop_aligned_alloc(len);
+  int rc = copy ? 0 : -1;
+  if (rc == 0) {
+    /* The copy is taken before the sync: every entry in it points at data
+     * whose write completed, and is durable once the sync returns. */
+    pthread_mutex_lock(&d->lock);
+    ploop_header_encode(&d->h, d->bat_raw);
+    memcpy(copy, d->bat_raw, len);
+    pthread_mutex_unlock(&d->lock);
+  }
   if (rc == 0 && fdatasync(d->fd) < 0)
     rc = ploop_error_os(d->path, "fdatasync");
+  if (rc == 0)
+    rc = ploop_pwrite_full(d->fd, copy, len, 0, d->path);
+  if (rc == 0 && fdatasync(d->fd) < 0)
+    rc = ploop_error_os(d->path, "fdatasync");
+  if (rc == 0 && whole)
+    d->bat_unwritten[0] = 0;
+  free(copy);
   pthread_mutex_unlock(&d->flush_lock);
   if (rc == 0)
     ploop_fault_point("header-written");
@@ -405,6 +428,11 @@ int delta_seal_begin(struct ploop_delta *d)
   ploop_header_encode(&d->h, d->bat_raw);
   d->page_dirty[0] = 1; /* the clean mark goes out with the BAT pages */
   d->any_dirty = true;
+  if (d->bat_unwritten) {
+    uint32_t taken[64];
+    while (delta_bat_materialize(d, taken, 64) == 64)
+      ;
+  }
   pthread_mutex_unlock(&d->lock);
   /* BAT entries may point at data written since the last flush: that data
    * is made durable before any page is written (rule 1). When only the
@@ -486,6 +514,23 @@ void delta_alloc_finish(struct ploop_delta *d, uint64_t vc, uint64_t off)
   pthread_mutex_unlock(&d->lock);
 }
 
+void delta_alloc_abandon(struct ploop_delta *d, uint64_t vc, uint64_t off)
+{
+  pthread_mutex_lock(&d->lock);
+  /* The last cluster handed out goes back to the append point, so a write
+   * that failed (ENOSPC) leaves no hole; a partial extension is cut. */
+  uint64_t c = off / d->cluster_bytes;
+  if (off && c + 1 == d->alloc_head) {
+    d->alloc_head = c;
+    struct stat st;
+    if (fstat(d->fd, &st) == 0 && (uint64_t)st.st_size > off && ftruncate(d->fd, (off_t)off) < 0) {
+      /* Keeps the old size: the next allocation reuses the cluster anyway. */
+    }
+  }
+  pthread_mutex_unlock(&d->lock);
+  delta_alloc_finish(d, vc, 0);
+}
+
 void delta_set_entry(struct ploop_delta *d, uint64_t vc, uint64_t off)
 {
   pthread_mutex_lock(&d->lock);
@@ -514,11 +559,14 @@ int delta_flush(struct ploop_delta *d)
   /* Take a copy of the dirty pages first: every entry in it points to data
    * whose write has completed, so the fdatasync below makes it durable
    * before the page is written (rule 1). */
-  size_t n = 0;
+  size_t n = 0, n_taken = 0;
   uint32_t *pages = NULL;
   uint8_t *copy = NULL;
+  uint32_t *taken = d->bat_unwritten ? malloc((d->n_bat_clusters + 1) * sizeof *taken) : NULL;
   pthread_mutex_lock(&d->lock);
   if (d->any_dirty) {
+    if (taken)
+      n_taken = delta_bat_materialize(d, taken, d->n_bat_clusters);
     for (size_t i = 0; i < d->n_pages; i++)
       n += d->page_dirty[i];
     pages = malloc(n * sizeof *pages);
@@ -533,6 +581,8 @@ int delta_flush(struct ploop_delta *d)
           k++;
         }
       d->any_dirty = false;
+    } else {
+      delta_bat_unmaterialize(d, taken, n_taken);
     }
   }
   pthread_mutex_unlock(&d->lock);
@@ -562,8 +612,10 @@ int delta_flush(struct ploop_delta *d)
     for (size_t k = 0; k < n; k++)
       d->page_dirty[pages[k]] = 1;
     d->any_dirty = true;
+    delta_bat_unmaterialize(d, taken, n_taken);
     pthread_mutex_unlock(&d->lock);
   }
+  free(taken);
   free(pages);
   free(copy);
   if (rc == 0) {

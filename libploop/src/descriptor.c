@@ -455,7 +455,7 @@ int ploop_descriptor_chain(const struct ploop_descriptor *d, const char *guid, s
     const struct ploop_image_desc *im = ploop_descriptor_find_image(d, g);
     const struct ploop_snapshot_desc *s = descriptor_find_shot((struct ploop_descriptor *)d, g);
     if (!im || !s)
-      return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s", d->dir, g);
+      return ploop_error(PLOOP_ERR_NOSNAP, ENOENT, "%s: no snapshot %s", d->dir, g);
     if (n >= PLOOP_MAX_DELTAS)
       return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: snapshot chain too long", d->dir);
     tmp[n++] = (size_t)(im - d->images);

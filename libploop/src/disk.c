@@ -260,6 +260,37 @@ int ploop_disk_pread(struct ploop_disk *disk, void *buf, size_t len, uint64_t of
   return rc;
 }
 
+/* Writes N bytes at COFF of the cluster at file offset OFF of the top. A
+ * cluster only allocated (zeroed by fallocate) is written whole the first
+ * time, with zeros around the data: part written, part unwritten is what
+ * OpenVZ refuses (extent.c). */
+static int write_in_place(struct ploop_delta *top, uint64_t off, uint64_t coff, const void *p, size_t n)
+{
+  uint64_t cb = top->cluster_bytes;
+  if (n < cb && delta_unwritten_get(top, off)) {
+    pthread_mutex_lock(&top->fill_lock);
+    int rc = 0;
+    if (delta_unwritten_get(top, off)) {
+      uint8_t *buf = ploop_aligned_alloc(cb);
+      rc = buf ? ploop_pread_full(top->fd, buf, cb, off, top->path) : -1;
+      if (rc == 0) {
+        memcpy(buf + coff, p, n);
+        rc = ploop_pwrite_full(top->fd, buf, cb, off, top->path);
+      }
+      if (rc == 0)
+        delta_unwritten_set(top, off, false);
+      free(buf);
+      pthread_mutex_unlock(&top->fill_lock);
+      return rc;
+    }
+    pthread_mutex_unlock(&top->fill_lock);
+  }
+  int rc = ploop_pwrite_full(top->fd, p, n, off + coff, top->path);
+  if (rc == 0 && n == cb)
+    delta_unwritten_set(top, off, false);
+  return rc;
+}
+
 /* Allocates VC in the top delta and writes N bytes at COFF from P into it
  * (P NULL: zeros), copying up the rest of the cluster from below. */
 static int alloc_and_write(struct ploop_disk *disk, uint64_t vc, uint64_t coff, const void *p, size_t n)
@@ -269,12 +300,16 @@ static int alloc_and_write(struct ploop_disk *disk, uint64_t vc, uint64_t coff, 
   int r = delta_alloc_begin(top, vc, &off);
   if (r < 0)
     return -1;
-  if (r == 1) /* someone else allocated it meanwhile */
-    return p ? ploop_pwrite_full(top->fd, p, n, DELTA_OFF(off) + coff, top->path)
-             : (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)(DELTA_OFF(off) + coff),
-                          (off_t)n) == 0
-                    ? 0
-                    : ploop_error_os(top->path, "fallocate"));
+  if (r == 1) { /* someone else allocated it meanwhile */
+    if (p)
+      return write_in_place(top, DELTA_OFF(off), coff, p, n);
+    if (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)(DELTA_OFF(off) + coff),
+                  (off_t)n) < 0)
+      return ploop_error_os(top->path, "fallocate");
+    if (n == cb)
+      delta_unwritten_set(top, DELTA_OFF(off), true);
+    return 0;
+  }
   uint64_t lower_off;
   unsigned lower = disk_find(disk, 1, vc, &lower_off);
   int rc = 0;
@@ -296,16 +331,32 @@ static int alloc_and_write(struct ploop_disk *disk, uint64_t vc, uint64_t coff, 
       }
       free(buf);
     }
-  } else {
-    /* Nothing below: reserve the whole cluster as zeros (metadata only on
-     * ext4/xfs, and not sparse), then write just the data. */
-    if (fallocate(top->fd, 0, (off_t)off, (off_t)cb) < 0) {
+  } else if (!p) {
+    /* Nothing below, zeros asked for: the whole cluster allocated as zeros
+     * (metadata only on ext4/xfs, not sparse). */
+    if (fallocate(top->fd, 0, (off_t)off, (off_t)cb) < 0)
       rc = ploop_error_os(top->path, "fallocate");
-    } else if (p) {
-      rc = ploop_pwrite_full(top->fd, p, n, off + coff, top->path);
+    else
+      delta_unwritten_set(top, off, true);
+  } else {
+    /* Nothing below, part of the cluster written: the rest as written
+     * zeros, in one write. A cluster half written, half only allocated is
+     * what OpenVZ refuses (extent.c). */
+    uint8_t *buf = ploop_aligned_alloc(cb);
+    if (!buf) {
+      rc = -1;
+    } else {
+      memcpy(buf + coff, p, n);
+      rc = ploop_pwrite_full(top->fd, buf, cb, off, top->path);
+      free(buf);
     }
   }
-  delta_alloc_finish(top, vc, rc == 0 ? off : 0);
+  if (rc == 0 && p)
+    delta_unwritten_set(top, off, false); /* a reused file cluster, now written */
+  if (rc == 0)
+    delta_alloc_finish(top, vc, off);
+  else
+    delta_alloc_abandon(top, vc, off);
   return rc;
 }
 
@@ -314,7 +365,7 @@ static int write_piece(struct ploop_disk *disk, uint64_t vc, uint64_t coff, cons
   struct ploop_delta *top = disk->deltas[0];
   uint64_t off = delta_lookup(top, vc);
   if (off)
-    return ploop_pwrite_full(top->fd, p, n, DELTA_OFF(off) + coff, top->path);
+    return write_in_place(top, DELTA_OFF(off), coff, p, n);
   return alloc_and_write(disk, vc, coff, p, n);
 }
 
@@ -408,7 +459,8 @@ int ploop_disk_map(struct ploop_disk *disk, uint64_t off, size_t len, unsigned f
     unsigned depth;
     if (write) {
       uint64_t o = delta_lookup(disk->deltas[0], vc); /* only the top is written */
-      depth = o != 0;
+      /* A cluster only allocated takes its first write whole (write_in_place). */
+      depth = o != 0 && (len == cb || !delta_unwritten_get(disk->deltas[0], DELTA_OFF(o)));
       at = DELTA_OFF(o);
     } else {
       depth = disk_find(disk, 0, vc, &at);
@@ -469,6 +521,7 @@ int disk_zero_cluster(struct ploop_disk *disk, uint64_t vc, bool keep)
   if (keep || lower) {
     if (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)cb) < 0)
       return ploop_error_os(top->path, "fallocate");
+    delta_unwritten_set(top, off, true);
     return 0;
   }
   /* Drop the cluster from the top. Punching before the cleared entry is

@@ -91,6 +91,11 @@ struct ploop_delta {
   bool any_dirty;
   uint32_t inflight[PLOOP_MAX_INFLIGHT_ALLOC];
   unsigned n_inflight;
+  uint8_t *bat_unwritten; /* per header/BAT cluster: not yet written whole (extent.c) */
+  size_t n_bat_clusters;
+  uint64_t *unwritten; /* bitmap per file cluster: data cluster only allocated (extent.c) */
+  uint64_t unwritten_bits;
+  pthread_mutex_t fill_lock; /* one whole-cluster fill of an unwritten cluster at a time */
 };
 
 /* Virtual clusters this delta can hold. */
@@ -127,6 +132,9 @@ int delta_close(struct ploop_delta *d, bool clean);
 int delta_alloc_begin(struct ploop_delta *d, uint64_t vc, uint64_t *off);
 /* Publish (OFF != 0) or abandon (OFF == 0) a reservation. */
 void delta_alloc_finish(struct ploop_delta *d, uint64_t vc, uint64_t off);
+/* Abandon the reservation of OFF after a failed write: the last cluster
+ * handed out goes back to the append point (abandon in reverse order). */
+void delta_alloc_abandon(struct ploop_delta *d, uint64_t vc, uint64_t off);
 /* Set or clear a BAT entry in memory; marks the page for the next flush. */
 void delta_set_entry(struct ploop_delta *d, uint64_t vc, uint64_t off);
 /* Data durable, then dirty BAT pages written, then durable again. */
@@ -149,6 +157,31 @@ int delta_create_file_nosync(const char *dir, const char *path, const struct plo
 void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors);
 /* ploop's legacy CHS geometry for a size, shared by header and descriptor. */
 void ploop_chs(uint64_t size_sectors, uint32_t *cylinders, uint32_t *heads, uint32_t *sectors);
+
+/* ---- host-file extents OpenVZ accepts (extent.c) ---- */
+/* LEN bytes at OFF allocated and reading as zeros: fallocate, or zeros
+ * written where the filesystem has no fallocate. */
+int ploop_reserve_zeroed(int fd, const char *path, uint64_t off, uint64_t len);
+/* LEN bytes of zeros written at OFF. */
+int ploop_reserve_written(int fd, const char *path, uint64_t off, uint64_t len);
+size_t delta_bat_clusters(const struct ploop_delta *d);
+/* Which header/BAT clusters are not written whole yet, and which data
+ * clusters are only allocated (FIEMAP; none where the filesystem cannot
+ * say). Read-write opens call it. */
+int delta_extent_scan(struct ploop_delta *d, uint64_t file_size);
+/* The data cluster at file offset OFF is allocated but not written (a
+ * fallocate or zero range made it): a write into part of it must write it
+ * whole. Lock-free; clusters past the bitmap read as written. */
+void delta_unwritten_set(struct ploop_delta *d, uint64_t off, bool on);
+bool delta_unwritten_get(const struct ploop_delta *d, uint64_t off);
+/* Bitmap room for the delta's current BAT and file (after a resize). */
+int delta_unwritten_grow(struct ploop_delta *d);
+/* Under d->lock: every unwritten BAT cluster with a dirty page gets all its
+ * pages marked dirty, so the flush writes it whole; returns how many
+ * (their indexes in TAKEN, at most MAX); unmaterialize puts them back when
+ * that write failed. */
+size_t delta_bat_materialize(struct ploop_delta *d, uint32_t *taken, size_t max);
+void delta_bat_unmaterialize(struct ploop_delta *d, const uint32_t *taken, size_t k);
 
 /* ---- locking (lock.c) ---- */
 /* Locks of a disk directory (lock.c); each returns an fd to close for
@@ -227,7 +260,7 @@ typedef int (*held_sink_fn)(void *opaque, uint64_t vc, const uint8_t *buf, size_
 int copy_read_held(struct ploop_disk *disk, unsigned from, unsigned to, held_sink_fn sink, void *opaque);
 /* How many clusters copy_read_held would read. */
 uint64_t copy_count_held(struct ploop_disk *disk, unsigned from, unsigned to);
-/* Undo an interrupted version conversion from its backup (check -r). 1 = restored, 0 = no backup. */
+/* Undo an interrupted version conversion from its backup (check -F). 1 = restored, 0 = no backup. */
 int convert_restore_backup(const char *dir, const char *path);
 /* ploop_delta_check of a descriptor's image (DIR: as ploop_open_file). */
 int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_check_report *r);
@@ -241,6 +274,9 @@ int merge_child_into_parent(struct ploop_descriptor *d, const char *child_guid, 
 /* Grow or shrink a delta's virtual size, relocating data clusters that sit
  * where a bigger BAT must go. FORCE drops clusters past a smaller end. */
 int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force);
+/* Moves tail clusters into unreferenced ones and cuts the file after the
+ * last referenced cluster. The caller excludes all I/O. */
+int delta_compact(struct ploop_delta *d, uint64_t *bytes_reclaimed);
 
 /* ---- descriptor internals (descriptor.c) ---- */
 struct ploop_descriptor *descriptor_new(const char *dir, uint64_t size_sectors, uint32_t cluster_sectors);

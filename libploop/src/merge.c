@@ -21,7 +21,7 @@ static int merge_preflight(struct ploop_descriptor *d, const char *child, char *
 {
   struct ploop_snapshot_desc *cs = descriptor_find_shot(d, child);
   if (!cs || !ploop_descriptor_find_image(d, child))
-    return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s", d->dir, child);
+    return ploop_error(PLOOP_ERR_NOSNAP, ENOENT, "%s: no snapshot %s", d->dir, child);
   if (!strcmp(cs->parent, PLOOP_NULL_GUID))
     return ploop_error(PLOOP_ERR_PARAM, EINVAL,
                        "%s: %s is the base image; there is nothing below to merge into", d->dir, child);
@@ -439,7 +439,7 @@ static int disk_merge_all_or_one(struct ploop_disk *disk, const char *guid, bool
       }
     pthread_rwlock_unlock(&disk->rw);
     if (!found)
-      return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s in the served stack", disk->dir, g);
+      return ploop_error(PLOOP_ERR_NOSNAP, ENOENT, "%s: no snapshot %s in the served stack", disk->dir, g);
   }
   if (i + 1 >= disk->n)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: the base image has nothing below to merge into",

@@ -44,10 +44,11 @@ static int relocate_for_bat(struct ploop_delta *d, uint64_t new_first)
     delta_set_entry(d, vcs[i], offs[i]);
   if (rc == 0)
     rc = delta_flush(d);
-  /* The freed clusters become BAT: they must read as empty slots. */
-  memset(buf, 0, cb);
-  for (uint64_t c = old_first; rc == 0 && c < new_first; c++)
-    rc = ploop_pwrite_full(d->fd, buf, cb, c * cb, d->path);
+  /* The freed clusters become BAT: they must read as empty slots. They are
+   * zeroed by allocation, not by writing (extent.c: the first BAT page
+   * written into one writes it whole). */
+  if (rc == 0)
+    rc = ploop_reserve_zeroed(d->fd, d->path, old_first * cb, (new_first - old_first) * cb);
   if (rc == 0 && fdatasync(d->fd) < 0)
     rc = ploop_error_os(d->path, "fdatasync");
   if (rc == 0)
@@ -66,6 +67,18 @@ static int grow_bat_buffer(struct ploop_delta *d, size_t bytes)
     free(nb);
     free(np);
     return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+  }
+  size_t nc = (size_t)div_round_up(bytes, d->cluster_bytes);
+  if (d->bat_unwritten && nc > d->n_bat_clusters) {
+    uint8_t *nu = realloc(d->bat_unwritten, nc);
+    if (!nu) {
+      free(nb);
+      free(np);
+      return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+    }
+    memset(nu + d->n_bat_clusters, 1, nc - d->n_bat_clusters); /* zeroed by allocation */
+    d->bat_unwritten = nu;
+    d->n_bat_clusters = nc;
   }
   memcpy(nb, d->bat_raw, d->bat_bytes);
   memcpy(np, d->page_dirty, d->n_pages);
@@ -132,6 +145,8 @@ int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force)
     d->h.size_sectors = keep_sectors;
     return -1;
   }
+  if (d->unwritten && delta_unwritten_grow(d) < 0)
+    return -1;
   if (shrink) {
     for (uint64_t vc = entries; vc < old_entries; vc++)
       if (delta_bat(d)[vc])
@@ -172,7 +187,12 @@ int ploop_disk_resize(struct ploop_disk *disk, uint64_t new_bytes, unsigned flag
       goto out;
     }
   }
+  uint64_t allocated = delta_count_allocated(top);
   if (delta_set_size(top, sectors, flags & PLOOP_RESIZE_FORCE) < 0)
+    goto out;
+  /* Clusters dropped past the new end: their space goes back and no
+   * unreferenced tail stays behind (OpenVZ's check calls that an error). */
+  if (delta_count_allocated(top) < allocated && delta_compact(top, NULL) < 0)
     goto out;
   /* A lower delta may hold data past an earlier shrink: the top hides it. */
   for (uint64_t vc = old_clusters; vc < new_clusters; vc++)
@@ -227,7 +247,13 @@ int ploop_disk_compact(struct ploop_disk *disk, uint64_t *bytes_reclaimed)
   if (!disk->rdwr || disk->snapshot_guid)
     return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: compaction needs the disk open read-write", disk->dir);
   disk_lock_exclusive(disk);
-  struct ploop_delta *d = disk->deltas[0];
+  int rc = delta_compact(disk->deltas[0], bytes_reclaimed);
+  disk_unlock_exclusive(disk);
+  return rc;
+}
+
+int delta_compact(struct ploop_delta *d, uint64_t *bytes_reclaimed)
+{
   int rc = 0;
   uint64_t *owner = NULL; /* physical cluster -> virtual cluster + 1 */
   uint8_t *buf = NULL;
@@ -285,6 +311,5 @@ int ploop_disk_compact(struct ploop_disk *disk, uint64_t *bytes_reclaimed)
 out:
   free(owner);
   free(buf);
-  disk_unlock_exclusive(disk);
   return rc;
 }

@@ -225,7 +225,7 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid)
     goto out;
   }
   if (!im) {
-    ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s", d->dir, g);
+    ploop_error(PLOOP_ERR_NOSNAP, ENOENT, "%s: no snapshot %s", d->dir, g);
     goto out;
   }
   struct ploop_snapshot_desc *sh = descriptor_find_shot(d, g);
@@ -285,7 +285,7 @@ int ploop_snapshot_delete(const char *dir_or_xml, const char *guid)
     ploop_error(PLOOP_ERR_PARAM, EINVAL,
                 "%s: %s is the current top; it cannot be deleted (see snapshot-switch)", d->dir, g);
   } else if (!im) {
-    ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: no snapshot %s", d->dir, g);
+    ploop_error(PLOOP_ERR_NOSNAP, ENOENT, "%s: no snapshot %s", d->dir, g);
   } else if (children > 1) {
     ploop_error(PLOOP_ERR_PARAM, EBUSY, "%s: snapshot %s has %zu child snapshots; delete them first", d->dir,
                 g, children);

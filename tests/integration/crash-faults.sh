@@ -5,7 +5,7 @@
 # point with PLOOP_FAULT_INJECT=N, which SIGKILLs it right there. After each
 # kill: every delta checks free of corruption, the disk reads what it read
 # before the verb (or, where the verb changes what it reads, what it reads
-# after), `ploop check -r` leaves it clean, the verb run again succeeds, and
+# after), `ploop check -F -d` leaves it clean, the verb run again succeeds, and
 # qemu-img accepts every delta.
 source "$(dirname "$0")/functions.sh"
 requires python3
@@ -103,15 +103,15 @@ fault_sweep() {
     wait $! 2>/dev/null || rc=$? # (wait's stderr: no "Killed" line from bash)
     [[ $rc -eq 137 ]] || fail "$what: expected the kill (137), got exit $rc: $(cat "$TMP/verb.err")"
     check_deltas "$what"
-    out=$($PLOOP check -r "$D" 2>&1) || fail "$what: check -r: $out"
-    out=$($PLOOP check "$D" 2>&1) || fail "$what: not clean after check -r: $out"
+    out=$($PLOOP check -F -d "$D" 2>&1) || fail "$what: check -F -d: $out"
+    out=$($PLOOP check "$D" 2>&1) || fail "$what: not clean after check -F -d: $out"
     reads_as "$what" "$before" "$after"
     # The verb again: it finishes the job (or finds it already done).
     rc=0
     # shellcheck disable=SC2086
     out=$($PLOOP $verb "$D" 2>&1) || rc=$?
-    [[ $rc -eq 0 || ($rc -eq 6 && $out == *"no snapshot"*) ||
-      ($rc -eq 2 && $out == *"nothing below to merge into"*) ]] || fail "$what: rerun exited $rc: $out"
+    [[ $rc -eq 0 || ($rc -eq 43 && $out == *"no snapshot"*) ||
+      ($rc -eq 38 && $out == *"nothing below to merge into"*) ]] || fail "$what: rerun exited $rc: $out"
     reads_as "$what, then rerun" "$after"
     check_deltas "$what, then rerun"
     qemu_check "$what, then rerun"
@@ -175,7 +175,7 @@ online_sweep() {
     [[ $(tail -1 "$TMP/trace" | cut -d' ' -f1) == "$k" ]] ||
       fail "$what: ploop-nbd ended without reaching point $k: $(cat "$TMP/server.log")"
     check_deltas "$what"
-    out=$($PLOOP check -r "$D" 2>&1) || fail "$what: check -r: $out"
+    out=$($PLOOP check -F -d "$D" 2>&1) || fail "$what: check -F -d: $out"
     reads_as "$what" "$before" "$after"
     rc=0
     # shellcheck disable=SC2086

@@ -58,7 +58,7 @@ for ((i = 1; i <= 12; i++)); do
     [[ -f $d/$f ]] || fail "round $i (${delay} ms): the descriptor names $f, which does not exist"
     out=$("$PLOOP" check -f --ro "$d/$f" 2>&1) || fail "round $i (${delay} ms): $f: $out"
   done
-  "$PLOOP" check -F "$d" >/dev/null 2>&1 || fail "round $i (${delay} ms): repair failed"
+  "$PLOOP" check -F -d "$d" >/dev/null 2>&1 || fail "round $i (${delay} ms): repair failed"
   rm -f "$TMP/out.raw"
   "$PLOOP" export -o "$TMP/out.raw" "$d" >/dev/null || fail "round $i (${delay} ms): export failed"
   cmp -s "$TMP/out.raw" "$TMP/b.raw" || fail "round $i (${delay} ms): data differs after the crash"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The serving daemon dies (SIGKILL) under a mounted filesystem: I/O on the
 # mount fails with an error (the host and the test do not hang), `umount`
-# cleans every piece up, `ploop check -F` makes the image usable again and
+# cleans every piece up, `ploop check -F -d` makes the image usable again and
 # every file that was fsynced before the crash is intact.
 source "$(dirname "$0")/functions.sh"
 source "$(dirname "$0")/mount-common.inc"
@@ -47,7 +47,7 @@ findmnt -n "$MP" >/dev/null && fail "$MP still mounted"
 # The image was left marked in use: it must not mount until checked.
 expect_fail att_mount "$D" "$MP" >/dev/null
 no_leaks "$D"
-"$PLOOP" check -r "$D" >"$TMP/check.log" 2>&1 || { cat "$TMP/check.log"; fail "ploop check -r failed"; }
+"$PLOOP" check -F -d "$D" >"$TMP/check.log" 2>&1 || { cat "$TMP/check.log"; fail "ploop check -F -d failed"; }
 "$PLOOP" check "$D" >/dev/null || fail "image not clean after repair"
 
 # A crashed attachment whose pieces an admin released by hand, its device
@@ -71,7 +71,7 @@ losetup -n -O BACK-FILE "$edev" | grep -qF "$(fuse_file_of "$(realpath "$E")")" 
 { echo ok >"$MP/still-writable" && sync "$MP/still-writable"; } || fail "the other disk stopped working"
 att_umount "$E"
 no_leaks "$E" "$edev"
-"$PLOOP" check -F "$D" >/dev/null
+"$PLOOP" check -F -d "$D" >/dev/null
 
 dev=$(att_mount "$D")
 # Exit 1: the journal was replayed (changes made), which a crash calls for.

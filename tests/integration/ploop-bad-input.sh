@@ -3,7 +3,7 @@
 # entries past EOF, into the header/BAT, or shared by two clusters, and
 # descriptors whose File leaves the directory.  Every verb that meets one gives
 # a one-line error naming the problem and changes nothing on disk; `check`
-# reports the damage (exit 3), and `check -r` repairs what it can.
+# reports the damage (exit 11), and `check -F -d` repairs what it can.
 source "$(dirname "$0")/functions.sh"
 requires python3
 requires qemu-img
@@ -134,11 +134,11 @@ expect_fail $PLOOP export -f -o "$TMP/good/root.hds" "$TMP/good/root.hds" | grep
   fail "export -f of a delta onto itself"
 [[ $(tree_sum "$TMP/good") == "$before" ]] || fail "export onto its input changed it"
 
-echo "== check -r repairs a BAT entry past EOF, and the result is consistent"
+echo "== check -F -d repairs a BAT entry past EOF, and the result is consistent"
 d=$(fresh repair)
 $TOOL bat-set "$d/root.hds" 2 100000
-out=$($PLOOP check -r "$d") || fail "check -r did not repair: $out"
-grep -qi repaired <<<"$out" || fail "check -r said nothing about a repair: $out"
+out=$($PLOOP check -F -d "$d") || fail "check -F -d did not repair: $out"
+grep -qi repaired <<<"$out" || fail "check -F -d said nothing about a repair: $out"
 $PLOOP check -f "$d" | grep -q clean || fail "not clean after repair"
 qemu-img check -f parallels "$d/root.hds" >/dev/null || fail "qemu-img check after repair"
 $PLOOP export -o "$TMP/rep.raw" "$d" >/dev/null

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ploop command line itself: help, version, usage errors (one line, exit 2),
+# The ploop command line itself: help, version, usage errors (one line, exit 38, SYSEXIT_PARAM),
 # init + info (text and JSON, checked by python3 and qemu-img info), check of a
 # fresh disk, restore-descriptor.
 source "$(dirname "$0")/functions.sh"
@@ -19,7 +19,7 @@ exit_code() {
 # --- help and version
 $PLOOP --version | grep -qx "ploop [0-9.]*" || fail "--version"
 $PLOOP --help | grep -q '^  snapshot-merge ' || fail "--help lacks the verb list"
-$PLOOP --help | grep -q '^  3  image or descriptor is corrupt' || fail "--help lacks exit codes"
+$PLOOP --help | grep -q '^  11   image or descriptor is corrupt' || fail "--help lacks exit codes"
 $PLOOP help init | grep -q '^usage: ploop init -s SIZE' || fail "help init"
 $PLOOP init --help | grep -q -- '--blocksize' || fail "init --help"
 for v in info check import export snapshot snapshot-list snapshot-delete snapshot-merge \
@@ -27,38 +27,38 @@ for v in info check import export snapshot snapshot-list snapshot-delete snapsho
   $PLOOP "$v" --help | grep -q "^usage: ploop $v" || fail "$v --help"
 done
 
-# --- usage errors: one line on stderr, exit 2, naming the problem
-exit_code 2 $PLOOP
-exit_code 2 $PLOOP frobnicate
+# --- usage errors: one line on stderr, exit 38, naming the problem
+exit_code 38 $PLOOP
+exit_code 38 $PLOOP frobnicate
 expect_fail $PLOOP frobnicate | grep -q "unknown verb 'frobnicate'" || fail "unknown verb message"
-exit_code 2 $PLOOP init --bogus "$TMP/x/root.hds"
+exit_code 38 $PLOOP init --bogus "$TMP/x/root.hds"
 expect_fail $PLOOP init -Z "$TMP/x/root.hds" | grep -q "unknown option '-Z'" || fail "bad option msg"
 expect_fail $PLOOP init -s | grep -q "option '-s' needs a value" || fail "missing value msg"
-exit_code 2 $PLOOP init "$TMP/x.hds"
+exit_code 38 $PLOOP init "$TMP/x.hds"
 expect_fail $PLOOP init "$TMP/x.hds" | grep -q -- "-s SIZE is required" || fail "no -s msg"
 expect_fail $PLOOP init -s 0 "$TMP/x.hds" | grep -q "greater than zero" || fail "-s 0 msg"
 expect_fail $PLOOP init -s 10Q "$TMP/x.hds" | grep -q "invalid size '10Q'" || fail "-s 10Q msg"
 expect_fail $PLOOP init -s 1G -b 7 "$TMP/x.hds" | grep -q -- "-b: invalid value '7'" || fail "-b 7"
 expect_fail $PLOOP init -s 1G -b 100 "$TMP/x.hds" | grep -q "not a power of two" || fail "-b 100"
-exit_code 2 $PLOOP init -s 1G -v 3 "$TMP/x.hds"
-exit_code 2 $PLOOP init -s 1G -t btrfs "$TMP/x.hds"
-exit_code 2 $PLOOP init -s 1G "$TMP/x.hds" extra
-exit_code 2 $PLOOP snapshot-delete "$TMP"
-exit_code 2 $PLOOP snapshot-delete -u not-a-uuid "$TMP"
-exit_code 2 $PLOOP snapshot-merge -A -u 5fbaabe3-6958-40ff-92a7-860e329aab41 "$TMP"
-exit_code 2 $PLOOP convert "$TMP"
-exit_code 2 $PLOOP convert -v 1 -f raw "$TMP"
-exit_code 2 $PLOOP export "$TMP"
-exit_code 2 $PLOOP check --ro -F "$TMP"
-exit_code 2 $PLOOP snapshot-list -o uuid,colour "$TMP"
-exit_code 2 $PLOOP mount -t ext4 "$TMP"
-exit_code 2 $PLOOP umount -d /dev/loop0 -m /mnt
-exit_code 2 $PLOOP balloon inflate "$TMP"
-exit_code 2 $PLOOP list extra
+exit_code 38 $PLOOP init -s 1G -v 3 "$TMP/x.hds"
+exit_code 38 $PLOOP init -s 1G -t btrfs "$TMP/x.hds"
+exit_code 38 $PLOOP init -s 1G "$TMP/x.hds" extra
+exit_code 38 $PLOOP snapshot-delete "$TMP"
+exit_code 38 $PLOOP snapshot-delete -u not-a-uuid "$TMP"
+exit_code 38 $PLOOP snapshot-merge -A -u 5fbaabe3-6958-40ff-92a7-860e329aab41 "$TMP"
+exit_code 38 $PLOOP convert "$TMP"
+exit_code 38 $PLOOP convert -v 1 -f raw "$TMP"
+exit_code 38 $PLOOP export "$TMP"
+exit_code 38 $PLOOP check -R "$TMP"
+exit_code 38 $PLOOP snapshot-list -o uuid,colour "$TMP"
+exit_code 38 $PLOOP mount -t ext4 "$TMP"
+exit_code 38 $PLOOP umount -d /dev/loop0 -m /mnt
+exit_code 38 $PLOOP balloon inflate "$TMP"
+exit_code 38 $PLOOP list extra
 # Absurd sizes come back from the library as bad parameters, before any file is made.
-exit_code 2 $PLOOP init -s 999999T "$TMP/huge.hds"
+exit_code 38 $PLOOP init -s 999999T "$TMP/huge.hds"
 [[ ! -e $TMP/huge.hds && ! -e $TMP/DiskDescriptor.xml ]] || fail "-s 999999T left files behind"
-exit_code 6 $PLOOP info "$TMP/nonexistent"
+exit_code 4 $PLOOP info "$TMP/nonexistent"
 [[ -z $(ls "$TMP") ]] || fail "usage errors left files: $(ls "$TMP")"
 
 # --- init + info

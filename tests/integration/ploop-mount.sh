@@ -45,14 +45,14 @@ df_kb=$(df -k --output=size "$M" | tail -1)
 
 head -c 1M /dev/zero >"$TMP/i.raw"
 # While served: a second mount, a check and offline-only verbs are refused
-# with one line and exit 5 (busy).
+# with one line and exit 17 (busy, SYSEXIT_EBUSY).
 for cmd in "mount -m $M2" "check -f" "import $M/../i.raw" "convert -v 1" "snapshot-switch -u {5fbaabe3-6958-40ff-92a7-860e329aab41}"; do
   # shellcheck disable=SC2086
   expect_fail $PLOOP $cmd "$D"
   rc=0
   # shellcheck disable=SC2086
   $PLOOP $cmd "$D" >/dev/null 2>&1 || rc=$?
-  [[ $rc -eq 5 ]] || fail "'ploop $cmd' on a mounted disk exited $rc, expected 5"
+  [[ $rc -eq 17 ]] || fail "'ploop $cmd' on a mounted disk exited $rc, expected 17 (SYSEXIT_EBUSY)"
 done
 
 # --- files, an online snapshot, more files
@@ -118,7 +118,7 @@ msg=$(expect_fail $PLOOP umount "$D")
 echo "$msg"
 rc=0
 $PLOOP umount "$D" 2>/dev/null || rc=$?
-[[ $rc -eq 6 ]] || fail "umount of a detached disk exited $rc, expected 6"
+[[ $rc -eq 4 ]] || fail "umount of a detached disk exited $rc, expected 4 (SYSEXIT_OPEN)"
 
 # --- offline grow of a disk holding ext4: the filesystem grows too, files kept
 $PLOOP resize -s 512M "$D"

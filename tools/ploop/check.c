@@ -42,30 +42,64 @@ static const char *first_problem(const char *text, char *buf, size_t len)
   return buf;
 }
 
-static int check_delta(const char *path, unsigned flags, bool silent)
+struct check_opts {
+  unsigned flags;
+  bool force, silent, raw, sparse;
+};
+
+static int in_use_left(const char *path, const struct check_opts *o)
 {
+  if ((o->flags & PLOOP_CHECK_READONLY) && (o->flags & PLOOP_CHECK_DROP_INUSE))
+    return cli_error(EXIT_IO, "%s: image is marked in use; read-only (-r): the mark cannot be dropped", path);
+  return cli_error(EXIT_INUSE, "%s: image is marked in use (open elsewhere, or not closed cleanly); "
+                               "-d drops the mark", path);
+}
+
+/* As OpenVZ: without -f an image whose header says it was closed cleanly
+ * is not walked. 1: skip it; 0: check it. */
+static int clean_skip(const char *path)
+{
+  struct ploop_delta *d = ploop_delta_open(path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
+  if (!d)
+    return 0; /* the check itself says what is wrong, in its own terms */
+  struct ploop_delta_info in;
+  int rc = ploop_delta_get_info(d, &in);
+  ploop_delta_close(d);
+  return rc == 0 && !in.in_use;
+}
+
+static int check_delta(const char *path, const struct check_opts *o)
+{
+  if (!o->force) {
+    if (clean_skip(path)) {
+      if (!o->silent)
+        printf("%s: image is clean (not marked in use): check skipped (-f checks it anyway)\n", path);
+      return EXIT_OK;
+    }
+  }
   struct ploop_check_report r;
   memset(&r, 0, sizeof r);
-  int rc = ploop_delta_check(path, flags, &r);
+  int rc = ploop_delta_check(path, o->flags, &r);
   if (rc < 0)
     return cli_lib_error();
   char text[8192] = "";
   ploop_check_report_format(&r, text, sizeof text);
-  bool broken = rc > 0 && report_broken(&r);
-  if (!silent || broken || r.repaired)
+  bool broken = rc > 0 && report_broken(&r) && !r.repaired; /* repaired, but still marked in use */
+  if (!o->silent || broken || r.repaired)
     print_lines(text);
-  if (r.repaired) {
-    printf("%s: repaired\n", path);
-    return EXIT_OK;
-  }
   if (broken) {
     char first[1024];
     if (r.header_bad)
       return cli_error(EXIT_CORRUPT, "%s: unusable header: %s", path, r.header_problem);
-    return cli_error(EXIT_CORRUPT, "%s: corrupt: %s", path,
-                     first_problem(text, first, sizeof first));
+    return cli_error(EXIT_CORRUPT, "%s: corrupt: %s", path, first_problem(text, first, sizeof first));
   }
-  if (!silent) {
+  if (r.in_use && !r.in_use_dropped)
+    return in_use_left(path, o);
+  if (r.repaired) {
+    printf("%s: repaired\n", path);
+    return EXIT_OK;
+  }
+  if (!o->silent) {
     if (r.clusters_lost)
       printf("%s: %" PRIu64 " lost clusters (unreferenced; space only, no data at risk)\n", path,
              r.clusters_lost);
@@ -74,7 +108,7 @@ static int check_delta(const char *path, unsigned flags, bool silent)
   return EXIT_OK;
 }
 
-static int check_disk(const char *path, unsigned flags, bool silent)
+static int check_disk(const char *path, const struct check_opts *o)
 {
   /* A served disk is open read-write: its in-use mark is expected and its
    * BAT changes under us, so a check now would only report noise. */
@@ -85,48 +119,79 @@ static int check_disk(const char *path, unsigned flags, bool silent)
     return cli_error(EXIT_BUSY, "%s: served by ploop-nbd; stop it (ploop umount) before a check",
                      path);
   char msg[16384] = "";
-  int rc = ploop_disk_check(path, flags, msg, sizeof msg);
+  int rc = ploop_disk_check(path, o->flags, msg, sizeof msg);
   if (rc < 0)
     return cli_lib_error();
-  bool repaired = (flags & PLOOP_CHECK_REPAIR) && strstr(msg, "repaired");
-  if (!silent || rc > 0 || repaired)
+  bool repaired = strstr(msg, "repaired") || strstr(msg, "(cleared)");
+  if (!o->silent || rc > 0 || repaired)
     print_lines(msg);
-  if (rc > 0) {
+  if (rc == 1) {
     char first[1024];
     return cli_error(EXIT_CORRUPT, "%s: corrupt: %s", path, first_problem(msg, first, sizeof first));
   }
-  if (!silent)
+  if (rc == 2)
+    return in_use_left(path, o);
+  if (!o->silent)
     printf("%s: %s\n", path, repaired ? "repaired" : "clean");
+  return EXIT_OK;
+}
+
+/* -S: holes are filled with zeros (OpenVZ refuses sparse images). */
+static int fill_sparse(const char *path, const struct check_opts *o)
+{
+  uint64_t filled = 0;
+  if (ploop_delta_fill_holes(path, &filled) < 0)
+    return cli_lib_error();
+  if (filled && !o->silent)
+    printf("%s: %" PRIu64 " bytes of holes filled\n", path, filled);
   return EXIT_OK;
 }
 
 static int run_check(int argc, char **argv)
 {
   static const struct option longopts[] = {
-      {"force", no_argument, NULL, 'f'},     {"hard-force", no_argument, NULL, 'F'},
-      {"repair", no_argument, NULL, 'r'},    {"ro", no_argument, NULL, 'R'},
-      {"check", no_argument, NULL, 'c'},     {"silent", no_argument, NULL, 's'},
+      {"force", no_argument, NULL, 'f'},      {"hard-force", no_argument, NULL, 'F'},
+      {"repair", no_argument, NULL, 'P'},     {"ro", no_argument, NULL, 'r'},
+      {"check", no_argument, NULL, 'c'},      {"silent", no_argument, NULL, 's'},
+      {"drop-inuse", no_argument, NULL, 'd'}, {"raw", no_argument, NULL, 'R'},
+      {"blocksize", required_argument, NULL, 'b'}, {"repair-sparse", no_argument, NULL, 'S'},
       {0},
   };
-  unsigned flags = 0;
-  bool silent = false;
+  struct check_opts o = {0};
+  bool repair = false, drop = false, ro = false;
+  uint64_t blocksize = 0;
   int c;
-  while ((c = cli_getopt(argc, argv, "fFrcs", longopts)) != -1) {
+  while ((c = cli_getopt(argc, argv, "fFrcsdRb:S", longopts)) != -1) {
     switch (c) {
     case 'f':
-      flags |= PLOOP_CHECK_FORCE;
+      o.force = true;
       break;
     case 'F':
-    case 'r':
-      flags |= PLOOP_CHECK_FORCE | PLOOP_CHECK_REPAIR;
+      o.force = repair = true;
       break;
-    case 'R':
-      flags |= PLOOP_CHECK_READONLY;
+    case 'P': /* our long spelling: repair everything, the mark included */
+      o.force = repair = drop = true;
+      break;
+    case 'r':
+      ro = true;
+      break;
+    case 'd':
+      drop = true;
       break;
     case 'c':
       break; /* duplicate clusters are always looked for */
     case 's':
-      silent = true;
+      o.silent = true;
+      break;
+    case 'R':
+      o.raw = true;
+      break;
+    case 'b':
+      if (!cli_parse_uint("-b", optarg, PLOOP_MIN_CLUSTER_SECTORS, PLOOP_MAX_CLUSTER_SECTORS, &blocksize))
+        return EXIT_USAGE;
+      break;
+    case 'S':
+      o.sparse = true;
       break;
     case 'h':
       return EXIT_OK;
@@ -134,33 +199,63 @@ static int run_check(int argc, char **argv)
       return EXIT_USAGE;
     }
   }
-  if ((flags & PLOOP_CHECK_READONLY) && (flags & PLOOP_CHECK_REPAIR))
-    return cli_usage_error("--ro (read-only) and -r/-F (repair) exclude each other");
   if (!cli_positional(argc, argv, 1, "DISK or DELTA"))
     return EXIT_USAGE;
   const char *path = argv[optind];
+  if (o.raw && !blocksize)
+    return cli_usage_error("-R (raw image) needs -b CLUSTER_SECTORS");
+  /* -r wins, as in OpenVZ: an admin asking for read-only never gets writes. */
+  if (ro) {
+    o.flags |= PLOOP_CHECK_READONLY;
+    o.sparse = false;
+  } else {
+    o.flags |= (repair ? PLOOP_CHECK_REPAIR : 0) | (drop ? PLOOP_CHECK_DROP_INUSE : 0);
+    if (repair && !drop)
+      o.flags |= PLOOP_CHECK_KEEP_INUSE;
+  }
+  if (ro && drop)
+    o.flags |= PLOOP_CHECK_DROP_INUSE; /* only to say why the mark stays (exit 7) */
+  if (o.force)
+    o.flags |= PLOOP_CHECK_FORCE;
   enum cli_target t;
   int rc = cli_classify(path, &t);
   if (rc)
     return rc;
-  return t == CLI_TARGET_DELTA ? check_delta(path, flags, silent) : check_disk(path, flags, silent);
+  if (o.raw) {
+    if (t != CLI_TARGET_DELTA)
+      return cli_usage_error("-R checks one raw image file, not a disk");
+    if (!o.silent)
+      printf("%s: raw image: no header or BAT to check\n", path);
+    return EXIT_OK;
+  }
+  rc = t == CLI_TARGET_DELTA ? check_delta(path, &o) : check_disk(path, &o);
+  if (rc == EXIT_OK && o.sparse && t == CLI_TARGET_DELTA)
+    rc = fill_sparse(path, &o);
+  return rc;
 }
 
 const struct cli_verb verb_check = {
     .name = "check",
     .run = run_check,
-    .synopsis = "check [-f] [-r|-F] [--ro] [-c] [-s] DELTA|DISK",
-    .summary = "check (and with -r repair) a delta file or a whole disk",
+    .synopsis = "check [-fFcrsdS] [--repair] [-R -b SECTORS] DELTA|DISK",
+    .summary = "check (and with -F repair) a delta file or a whole disk",
     .details =
-        "  -f, --force        check even if the image is not marked in use\n"
-        "  -r, --repair       repair what can be repaired: bad BAT slots are cleared,\n"
-        "                     an interrupted conversion undone, the in-use mark dropped\n"
-        "  -F, --hard-force   the same as -r (OpenVZ's spelling)\n"
-        "      --ro           read-only: never write to the image (the default)\n"
-        "  -c, --check        look for clusters used twice (always done; accepted)\n"
-        "  -s, --silent       print nothing when the image is clean\n"
-        "Without -r nothing on disk changes.\n"
+        "OpenVZ's flags, with OpenVZ's meaning:\n"
+        "  -f, --force          check even if the image is not marked in use (without it\n"
+        "                       a delta closed cleanly is not walked)\n"
+        "  -F, --hard-force     -f, and repair: bad BAT slots are cleared, an interrupted\n"
+        "                       conversion undone, the file size fixed; the in-use mark\n"
+        "                       stays unless -d is given too (exit 37)\n"
+        "  -d, --drop-inuse     clear the in-use mark when nothing else is wrong\n"
+        "  -r, --ro             read-only: never write to the image, whatever else is given\n"
+        "  -c, --check          look for clusters used twice (always done; accepted)\n"
+        "  -s, --silent         print nothing when the image is clean\n"
+        "  -S, --repair-sparse  fill holes of the file with zeros (OpenVZ refuses sparse images)\n"
+        "  -R, --raw -b SECTORS the file is a raw image: nothing to check\n"
+        "      --repair         repair everything, the in-use mark included (= -F -d)\n"
+        "Without -F, -d or -S nothing on disk changes.\n"
         "Each problem is printed on its own line to stdout.  Unreferenced (lost)\n"
-        "clusters are reported but are not corruption.  Exit 0: clean or\n"
-        "repaired; exit 3: problems remain.\n",
+        "clusters are reported but are not corruption.  Exit 0: clean, skipped or\n"
+        "repaired; 11: problems remain; 37: still marked in use; 7: -r -d on an image\n"
+        "marked in use; 4: cannot open; 17: the disk is served.\n",
 };

@@ -61,6 +61,8 @@ int cli_exit_from_status(int status)
     return EXIT_BUSY;
   case PLOOP_ERR_NOTFOUND:
     return EXIT_NOTFOUND;
+  case PLOOP_ERR_NOSNAP:
+    return EXIT_NOSNAP;
   default:
     return EXIT_GENERIC;
   }
@@ -184,7 +186,7 @@ int cli_classify(const char *path, enum cli_target *out)
 {
   struct stat st;
   if (stat(path, &st) < 0)
-    return cli_error(errno == ENOENT ? EXIT_NOTFOUND : EXIT_IO, "%s: %s", path, strerror(errno));
+    return cli_error(EXIT_NOTFOUND, "%s: %s", path, strerror(errno)); /* cannot open: SYSEXIT_OPEN */
   if (S_ISDIR(st.st_mode)) {
     *out = CLI_TARGET_DISK;
     return 0;
@@ -198,7 +200,7 @@ int cli_classify(const char *path, enum cli_target *out)
   /* Non-blocking: a FIFO named here must fail now, not wait for a writer. */
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
-    return cli_error(errno == ENOENT ? EXIT_NOTFOUND : EXIT_IO, "%s: %s", path, strerror(errno));
+    return cli_error(EXIT_NOTFOUND, "%s: %s", path, strerror(errno)); /* cannot open: SYSEXIT_OPEN */
   struct stat fst;
   if (fstat(fd, &fst) == 0 && !S_ISREG(fst.st_mode)) {
     close(fd);

@@ -10,16 +10,22 @@
 
 #include "libploop.h"
 
-/* Exit codes: the library's status classes, plus 2 for usage errors.  The same
- * table is printed by `ploop --help` and kept in README.md. */
+/* Exit codes: OpenVZ's SYSEXIT_* numbers (its include/libploop.h), which
+ * vzctl-era scripts read, one per class of failure: the library's status
+ * classes, usage errors, and check's verdicts.  The same table is printed by
+ * `ploop --help` and kept in README.md. */
 enum cli_exit {
   EXIT_OK = 0,
-  EXIT_GENERIC = 1,  /* any other failure */
-  EXIT_USAGE = 2,    /* bad command line or argument value */
-  EXIT_CORRUPT = 3,  /* image or descriptor is broken (check found problems) */
-  EXIT_IO = 4,       /* the operating system refused I/O */
-  EXIT_BUSY = 5,     /* image locked by another process or in use */
-  EXIT_NOTFOUND = 6, /* no such file, image or snapshot */
+  EXIT_NOTFOUND = 4,  /* SYSEXIT_OPEN: cannot open: no such file, image or attachment */
+  EXIT_IO = 7,        /* SYSEXIT_WRITE: the OS refused I/O (read, write, sync; ENOSPC) */
+  EXIT_CORRUPT = 11,  /* SYSEXIT_PLOOPFMT: image or descriptor is broken */
+  EXIT_GENERIC = 12,  /* SYSEXIT_SYS: any other failure (out of memory...) */
+  EXIT_BUSY = 17,     /* SYSEXIT_EBUSY: locked by another process, served, attached */
+  EXIT_INUSE = 37,    /* SYSEXIT_PLOOPINUSE: check: the image is marked in use */
+  EXIT_USAGE = 38,    /* SYSEXIT_PARAM: bad command line or argument value */
+  EXIT_NOSNAP = 43,   /* SYSEXIT_NOSNAP: no such snapshot */
+  EXIT_SIGINT = 130,  /* interrupted by SIGINT (128 + 2) */
+  EXIT_SIGTERM = 143, /* interrupted by SIGTERM (128 + 15) */
 };
 
 struct cli_verb {

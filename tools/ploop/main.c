@@ -20,14 +20,17 @@ static const struct cli_verb *const verbs[] = {
 };
 
 static const char exit_codes[] =
-    "Exit codes:\n"
-    "  0  success (check: image clean or repaired)\n"
-    "  1  other failure\n"
-    "  2  bad command line or argument value\n"
-    "  3  image or descriptor is corrupt (check: problems remain)\n"
-    "  4  I/O error reported by the operating system\n"
-    "  5  image busy: locked by another process or marked in use\n"
-    "  6  no such file, image or snapshot\n";
+    "Exit codes (OpenVZ's SYSEXIT_* numbers):\n"
+    "  0    success (check: image clean or repaired)\n"
+    "  4    cannot open: no such file, image or attachment (SYSEXIT_OPEN)\n"
+    "  7    I/O error reported by the operating system, e.g. disk full (SYSEXIT_WRITE)\n"
+    "  11   image or descriptor is corrupt (check: problems remain) (SYSEXIT_PLOOPFMT)\n"
+    "  12   other failure, e.g. out of memory (SYSEXIT_SYS)\n"
+    "  17   busy: locked by another process, served, or already attached (SYSEXIT_EBUSY)\n"
+    "  37   check: the image is marked in use; -d drops the mark (SYSEXIT_PLOOPINUSE)\n"
+    "  38   bad command line or argument value (SYSEXIT_PARAM)\n"
+    "  43   no such snapshot (SYSEXIT_NOSNAP)\n"
+    "  130  interrupted by SIGINT, 143 by SIGTERM (the old state is kept)\n";
 
 const struct cli_verb *cli_find_verb(const char *name)
 {
