@@ -89,8 +89,10 @@ int main(int argc, char **argv)
   for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
     if (strcmp(verb, verbs[i].name) != 0)
       continue;
-    if (ct_wants_help(argc - vi, argv + vi))
-      return ct_verb_help(verb);
+    /* Verbs without an entry in help.c (migrate, receive, checkpoint,
+     * restore) print their own. */
+    if (ct_wants_help(argc - vi, argv + vi) && ct_verb_help(verb) == 0)
+      return 0;
     optind = 0;  /* each verb parses its own argv (argv[0] = the verb) */
     int rc = verbs[i].fn(argc - vi, argv + vi);
     if (rc < 0) {
