@@ -193,7 +193,7 @@ Test(descriptor, chain_goes_base_to_top)
   cr_assert_eq(n, 2);
   cr_assert_str_eq(d->images[idx[1]].guid, G2);
   cr_assert_eq(ploop_descriptor_chain(d, G3, idx, 8), -1, "unknown GUID");
-  cr_assert_eq(ploop_get_status(), PLOOP_ERR_NOTFOUND);
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_NOSNAP);
   cr_assert_eq(ploop_descriptor_chain(d, NULL, idx, 2), -1, "chain longer than MAX");
   cr_assert_null(ploop_descriptor_find_image(d, G3));
   ploop_descriptor_free(d);

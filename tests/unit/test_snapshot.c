@@ -129,7 +129,7 @@ Test(snapshot, delete_refuses_top_unknown_and_branch_points)
   base_snapshot_write(model, s1);
   cr_assert_eq(ploop_snapshot_delete(test_dir, PLOOP_TOP_GUID), -1, "top deleted");
   cr_assert_eq(ploop_snapshot_delete(test_dir, "{99999999-9999-4999-8999-999999999999}"), -1);
-  cr_assert_eq(ploop_get_status(), PLOOP_ERR_NOTFOUND, "%s", ploop_get_error());
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_NOSNAP, "%s", ploop_get_error());
   OK(ploop_snapshot_create(test_dir, NULL, s2));
   OK(ploop_snapshot_switch(test_dir, s1)); /* S1 has two children: S2 and top */
   cr_assert_eq(ploop_snapshot_delete(test_dir, s1), -1, "snapshot with two children deleted");
