@@ -96,13 +96,16 @@ $(BUILD)/tests/crash-writer: $(call obj,$(CRASH_SRC)) $(LIB_A)
 deps:
 	scripts/install-deps.sh
 
+# Criterion 2.4.1's runner leaks 48 bytes when it runs workers in parallel
+# (seen under LSan with test_stream), so the sanitized run uses one worker.
+UNIT_JOBS ?= 2
 unit: $(UNIT)
-	@set -e; for t in $(UNIT); do echo "== $$t"; $$t --jobs 2; done
+	@set -e; for t in $(UNIT); do echo "== $$t"; $$t --jobs $(UNIT_JOBS); done
 
 ASAN_VARS := BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
 
 unit-asan:
-	$(MAKE) $(ASAN_VARS) unit
+	$(MAKE) $(ASAN_VARS) UNIT_JOBS=1 unit
 
 # The NBD protocol tests (real clients, the hostile-client fuzzer) against a
 # sanitized server: any overflow or UB a client can trigger fails the run.
