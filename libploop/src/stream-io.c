@@ -58,7 +58,7 @@ int stream_header_decode(const struct ploop_stream_header *raw, struct stream_he
   if (h->version != PLOOP_STREAM_VERSION)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: version %u is not supported (this is %u)",
                        h->version, PLOOP_STREAM_VERSION);
-  if (le64toh(raw->checksum) != stream_hash(raw, offsetof(struct ploop_stream_header, checksum)))
+  if (!stream_sum_ok(le64toh(raw->checksum), stream_hash(raw, offsetof(struct ploop_stream_header, checksum))))
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: checksum mismatch");
   if (le32toh(raw->header_bytes) != sizeof *raw)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: size %u, expected %zu",
@@ -110,7 +110,7 @@ int stream_frame_decode(const struct ploop_stream_frame *raw, const struct strea
   if (le32toh(raw->magic) != PLOOP_FRAME_MAGIC)
     return BAD("bad frame magic", n);
   f->checksum = stream_hash(raw, offsetof(struct ploop_stream_frame, checksum));
-  if (le64toh(raw->checksum) != f->checksum)
+  if (!stream_sum_ok(le64toh(raw->checksum), f->checksum))
     return BAD("checksum mismatch", n);
   f->type = le16toh(raw->type);
   f->flags = le16toh(raw->flags);
