@@ -148,7 +148,9 @@ FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fuzz
 FUZZ_VARS := BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT=-O1 \
 	SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -Wno-format-nonliteral"
 FUZZ_FLAGS = -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=20 -print_final_stats=1
-FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+# tmpfs when there is one: the harnesses create files and fsync every run.
+FUZZ_TMP := $(shell test -w /dev/shm && echo /dev/shm || echo /tmp)
+FUZZ_ENV := TMPDIR=$(FUZZ_TMP) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # Extra objects per harness: the NBD server without its main(), and the
 # tar extraction of ploop-container with what it calls.
 FUZZ_NBD_OBJ = $(call obj,$(addprefix kmod-free-nbd/server/,budget.c connection.c exports.c handshake.c transmission.c))
