@@ -180,6 +180,13 @@ static int validate_header(const char *path, const struct ploop_header_host *h, 
   if ((uint64_t)h->first_block * 512 < bat_end)
     return corrupt(path, "first data block at sector %llu overlaps the BAT (ends at byte %llu)",
                    h->first_block, bat_end);
+  /* Open reads the whole header area into memory: a data start past the
+   * cluster the BAT ends in (no writer leaves such a gap) would make a
+   * 32 KiB file cost up to 2 TiB of memory. */
+  uint64_t area_end = round_up(bat_end, (uint64_t)cs * 512);
+  if ((uint64_t)h->first_block * 512 > area_end)
+    return corrupt(path, "first data block at sector %llu lies past the end of the BAT area (sector %llu)",
+                   h->first_block, area_end / 512);
   if (file_size < (uint64_t)h->first_block * 512 && file_size < round_up(bat_end, 512))
     return corrupt(path, "file truncated: %llu bytes, the BAT needs %llu", file_size, bat_end);
   if (h->flags & PLOOP_CIF_FMT_CONVERT)

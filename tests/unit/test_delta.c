@@ -377,6 +377,25 @@ Test(delta, rejects_bad_first_block_offset)
   expect_corrupt(p, "unaligned FirstBlockOffset");
 }
 
+/* Found by tests/fuzz (fuzz_delta): open allocated and zeroed the whole
+ * claimed header area, up to 2 TiB for a 32 KiB file. */
+Test(delta, rejects_first_block_past_bat_area)
+{
+  const char *p = create(4 << 20, 64, 2);
+  raw_put_le32(p, H_FIRST_BLOCK, 128); /* a second, unused header cluster */
+  expect_corrupt(p, "FirstBlockOffset past the BAT's cluster");
+  raw_put_le32(p, H_FIRST_BLOCK, 0xFFFFFFC0u);
+  expect_corrupt(p, "FirstBlockOffset near 2 TiB");
+  struct ploop_check_report r;
+  cr_assert_eq(ploop_delta_check(p, PLOOP_CHECK_READONLY | PLOOP_CHECK_FORCE, &r), 1);
+  cr_assert(r.header_bad);
+  cr_assert(strstr(r.header_problem, "past the end of the BAT area"), "%s", r.header_problem);
+  raw_put_le32(p, H_FIRST_BLOCK, 64); /* back to what create wrote */
+  struct ploop_delta *d = ploop_delta_open(p, PLOOP_OPEN_RDONLY);
+  cr_assert_not_null(d, "%s", ploop_get_error());
+  OK(ploop_delta_close(d));
+}
+
 Test(delta, rejects_bat_larger_than_header_area)
 {
   /* 4 MiB at 32 KiB = 128 entries; claim 16384 entries (and a matching size),
