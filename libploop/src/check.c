@@ -30,6 +30,8 @@ static int check_header(const struct ploop_header_host *h, uint64_t file_size, s
     return header_problem(r, "invalid cluster size %llu sectors", h->cluster_sectors);
   if (h->bat_entries == 0)
     return header_problem(r, "BAT has no entries%.0llu", 0);
+  if (h->bat_entries > PLOOP_MAX_BAT_ENTRIES)
+    return header_problem(r, "BAT of %llu entries is over the limit of 2^28", h->bat_entries);
   if (h->size_sectors == 0)
     return header_problem(r, "virtual size is zero%.0llu", 0);
   if (h->version == 2 && h->first_block % h->cluster_sectors)

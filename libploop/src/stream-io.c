@@ -73,6 +73,9 @@ int stream_header_decode(const struct ploop_stream_header *raw, struct stream_he
   if (h->virtual_bytes == 0 || h->virtual_bytes % 512 || h->virtual_bytes > PLOOP_MAX_VIRTUAL_BYTES)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: bad virtual size %llu",
                        (unsigned long long)h->virtual_bytes);
+  if (div_round_up(h->virtual_bytes, h->cluster_bytes) > PLOOP_MAX_BAT_ENTRIES)
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: %llu bytes in %u-byte clusters exceed the BAT limit",
+                       (unsigned long long)h->virtual_bytes, h->cluster_bytes);
   if (h->flags & ~PLOOP_STREAM_KNOWN_FLAGS)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: unknown flags 0x%x", h->flags);
   if (memcmp(raw->reserved, zero16, sizeof raw->reserved))
