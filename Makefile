@@ -147,7 +147,7 @@ FUZZ_SMOKE_SECONDS ?= 15
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
 FUZZ_VARS := BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT=-O1 \
 	SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -Wno-format-nonliteral"
-FUZZ_FLAGS = -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=20 -print_final_stats=1
+FUZZ_FLAGS = -rss_limit_mb=2048 -malloc_limit_mb=1536 -timeout=20 -print_final_stats=1
 # tmpfs when there is one: the harnesses create files and fsync every run.
 FUZZ_TMP := $(shell test -w /dev/shm && echo /dev/shm || echo /tmp)
 FUZZ_ENV := TMPDIR=$(FUZZ_TMP) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1

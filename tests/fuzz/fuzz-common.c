@@ -6,15 +6,44 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-void fuzz_tmpdir(char *out) {
+static const char *tmp_base(void) {
   const char *t = getenv("TMPDIR");
-  snprintf(out, PATH_MAX, "%s/ploop-fuzz-XXXXXX", t && *t ? t : "/tmp");
+  return t && *t ? t : "/tmp";
+}
+
+/* A run killed from outside (libFuzzer's timeout or OOM, fork mode's end,
+ * ^C) cannot clean up: the next process removes the directories of every
+ * harness process that no longer exists. Names carry the pid for that. */
+static void sweep_dead(void) {
+  DIR *d = opendir(tmp_base());
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int pid;
+    char path[PATH_MAX];
+    if (sscanf(e->d_name, "ploop-fuzz-%d-", &pid) != 1 || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    snprintf(path, sizeof path, "%s/%s", tmp_base(), e->d_name);
+    fuzz_rmtree(path);
+  }
+  closedir(d);
+}
+
+void fuzz_tmpdir(char *out) {
+  static bool swept;
+  if (!swept) {
+    swept = true;
+    sweep_dead();
+  }
+  snprintf(out, PATH_MAX, "%s/ploop-fuzz-%d-XXXXXX", tmp_base(), (int)getpid());
   if (!mkdtemp(out)) {
     perror("fuzz: mkdtemp");
     abort();
