@@ -35,7 +35,8 @@ BINS   := $(BUILD)/bin/ploop $(if $(NBD_SRC),$(BUILD)/bin/ploop-nbd) $(if $(CT_S
 UNIT   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 .SECONDARY:
-.PHONY: all check check-powerfail unit unit-asan protocol-asan integration demo bench install deps clean format
+.PHONY: all check check-powerfail unit unit-asan protocol-asan integration demo bench install deps clean format \
+	fuzz fuzz-build fuzz-bins fuzz-smoke
 all: $(LIB_A) $(LIB_SO) $(BINS) $(BUILD)/lib/libploop.pc
 
 # Quiet by default; `make V=1` shows the commands.
@@ -128,6 +129,7 @@ check: deps
 	$(MAKE) unit-asan
 	$(MAKE) integration
 	$(MAKE) protocol-asan
+	$(MAKE) fuzz-smoke
 
 demo: deps
 	$(MAKE) all
@@ -136,6 +138,67 @@ demo: deps
 bench: deps
 	$(MAKE) all
 	scripts/bench/run.sh
+
+# ---- fuzzing (tests/fuzz/README.md): libFuzzer harnesses built by clang ----
+# `make fuzz FUZZ_SECONDS=N` runs each harness N seconds, growing its corpus
+# in build-fuzz/corpus/NAME from the seeds in tests/fuzz/corpus/NAME;
+# `make fuzz-smoke` replays seeds and crashers, then fuzzes each briefly.
+FUZZ_CC ?= clang-14
+FUZZ_BUILD := build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 15
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_VARS := BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT=-O1 \
+	SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -Wno-format-nonliteral"
+FUZZ_FLAGS = -rss_limit_mb=2048 -malloc_limit_mb=1536 -timeout=20 -print_final_stats=1
+# tmpfs when there is one: the harnesses create files and fsync every run.
+FUZZ_TMP := $(shell test -w /dev/shm && echo /dev/shm || echo /tmp)
+FUZZ_ENV := TMPDIR=$(FUZZ_TMP) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+# Extra objects per harness: the NBD server without its main(), and the
+# tar extraction of ploop-container with what it calls.
+FUZZ_NBD_OBJ = $(call obj,$(addprefix kmod-free-nbd/server/,budget.c connection.c exports.c handshake.c transmission.c))
+FUZZ_TAR_OBJ = $(call obj,$(addprefix tools/ploop-container/,fill-tar.c error.c util.c))
+
+fuzz-build:
+	$(MAKE) $(FUZZ_VARS) fuzz-bins
+
+fuzz-bins: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_NAMES))
+
+$(BUILD)/fuzz/fuzz_nbd: $(FUZZ_NBD_OBJ)
+$(BUILD)/fuzz/fuzz_tar: $(FUZZ_TAR_OBJ)
+$(BUILD)/obj/tests/fuzz/fuzz_nbd.o: ALLCFLAGS += -Ikmod-free-nbd/server
+$(BUILD)/obj/tests/fuzz/fuzz_tar.o: ALLCFLAGS += -Itools/ploop-container
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/fuzz-common.o $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) $(SAN) -fsanitize=fuzzer -pthread -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDFLAGS) $(LIBS)
+
+fuzz: fuzz-build
+	@set -e; for n in $(FUZZ_NAMES); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$n $(FUZZ_BUILD)/artifacts/$$n tests/fuzz/crashers/$$n; \
+	  echo "== fuzz_$$n: $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_ENV) $(FUZZ_BUILD)/fuzz/fuzz_$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) \
+	    -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$n/ $(FUZZ_BUILD)/corpus/$$n tests/fuzz/corpus/$$n; \
+	done
+
+# Every seed and every recorded crasher runs once (a crasher that comes
+# back fails here), then each harness fuzzes briefly from the seeds.
+fuzz-smoke: fuzz-build
+	@set -e; for n in $(FUZZ_NAMES); do \
+	  echo "== fuzz_$$n: replay"; \
+	  log=$(FUZZ_BUILD)/smoke-$$n.log; \
+	  if ! $(FUZZ_ENV) $(FUZZ_BUILD)/fuzz/fuzz_$$n $(FUZZ_FLAGS) -runs=0 tests/fuzz/corpus/$$n \
+	    $$(test -d tests/fuzz/crashers/$$n && echo tests/fuzz/crashers/$$n) >$$log 2>&1; then \
+	    tail -n 40 $$log; exit 1; fi; tail -n 2 $$log; \
+	done
+	@set -e; for n in $(FUZZ_NAMES); do \
+	  echo "== fuzz_$$n: $(FUZZ_SMOKE_SECONDS) s"; \
+	  rm -rf $(FUZZ_BUILD)/smoke/$$n; mkdir -p $(FUZZ_BUILD)/smoke/$$n $(FUZZ_BUILD)/artifacts/$$n; \
+	  $(FUZZ_ENV) $(FUZZ_BUILD)/fuzz/fuzz_$$n $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SMOKE_SECONDS) \
+	    -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$n/ $(FUZZ_BUILD)/smoke/$$n tests/fuzz/corpus/$$n \
+	    >$(FUZZ_BUILD)/smoke-$$n.log 2>&1 || { tail -n 60 $(FUZZ_BUILD)/smoke-$$n.log; exit 1; }; \
+	  grep -E '^stat::(number_of_executed_units|peak_rss_mb)' $(FUZZ_BUILD)/smoke-$$n.log; \
+	done
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/sbin
@@ -151,6 +214,6 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -30,6 +30,8 @@ static int check_header(const struct ploop_header_host *h, uint64_t file_size, s
     return header_problem(r, "invalid cluster size %llu sectors", h->cluster_sectors);
   if (h->bat_entries == 0)
     return header_problem(r, "BAT has no entries%.0llu", 0);
+  if (h->bat_entries > PLOOP_MAX_BAT_ENTRIES)
+    return header_problem(r, "BAT of %llu entries is over the limit of 2^28", h->bat_entries);
   if (h->size_sectors == 0)
     return header_problem(r, "virtual size is zero%.0llu", 0);
   if (h->version == 2 && h->first_block % h->cluster_sectors)
@@ -43,6 +45,8 @@ static int check_header(const struct ploop_header_host *h, uint64_t file_size, s
   uint64_t bat_end = PLOOP_HEADER_SIZE + 4ull * h->bat_entries;
   if ((uint64_t)h->first_block * 512 < bat_end)
     return header_problem(r, "first data block (sector %llu) overlaps the BAT", h->first_block);
+  if ((uint64_t)h->first_block * 512 > round_up(bat_end, (uint64_t)h->cluster_sectors * 512))
+    return header_problem(r, "first data block (sector %llu) lies past the end of the BAT area", h->first_block);
   if (file_size < bat_end)
     return header_problem(r, "file truncated: the BAT needs %llu bytes", bat_end);
   return 0;

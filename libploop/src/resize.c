@@ -102,6 +102,10 @@ int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force)
                        d->path, (unsigned long long)sectors * 512);
   if (d->h.version == 1 && sectors > UINT32_MAX)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format v1 is limited to 2 TiB", d->path);
+  if (entries > PLOOP_MAX_BAT_ENTRIES)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL,
+                       "%s: %llu clusters exceed the %llu-entry BAT limit; use bigger clusters", d->path,
+                       (unsigned long long)entries, PLOOP_MAX_BAT_ENTRIES);
   uint64_t old_entries = d->h.bat_entries;
   if (entries < old_entries) {
     uint64_t lost = 0;
