@@ -112,9 +112,10 @@ def main():
     model = array.array("i", [0]) * nblk
     gen = 0
     ops = dict(write=0, read=0, flush=0, trim=0, zero=0)
-    st = dict(bytes_written=0, bytes_verified=0)
+    st = dict(bytes_written=0, bytes_verified=0, max_batch_ms=0, max_batch_at=0)
     cookie = 0
-    deadline = time.monotonic() + secs
+    start = time.monotonic()
+    deadline = start + secs
 
     def pick_range():
         # Log-uniform sizes from 4 KiB to 1 MiB.
@@ -131,6 +132,7 @@ def main():
             pending[cookie] = (cmd, b0, n)
             hdr = struct.pack(">IHHQQI", REQ_MAGIC, flags, cmd, cookie, (FIRST + b0) * BLK if n else 0, n * BLK)
             out.append(hdr + payload if payload else hdr)
+        t = time.monotonic()
         s.sendall(b"".join(out))
         results = {}
         while pending:
@@ -142,6 +144,9 @@ def main():
                 die("server error %d for command %d at block %d+%d" % (err, cmd, FIRST + b0, n))
             if cmd == CMD_READ:
                 results[ck] = recvn(s, n * BLK)
+        ms = int((time.monotonic() - t) * 1000)
+        if ms > st["max_batch_ms"]:
+            st["max_batch_ms"], st["max_batch_at"] = ms, int(t - start)
         return results
 
     while time.monotonic() < deadline and sum(ops.values()) < max_ops:

@@ -1,20 +1,27 @@
 #!/usr/bin/env python3
 """The soak's figures and its resource rule.
 
-  soak-stats.py SAMPLES OUTDIR NCLIENTS FD0_SERVER FD1_SERVER FD0_MOUNT FD1_MOUNT
+  soak-stats.py sample SAMPLES T0 STOPFILE MAXSECS PID1 PID2
+  soak-stats.py SAMPLES OUTDIR NCLIENTS SECONDS FD0_SERVER FD1_SERVER FD0_MOUNT FD1_MOUNT
 
-SAMPLES: one line a second, "T RSS_KB FDS RSS_KB FDS" for ploop-nbd and the
-mount's daemon. OUTDIR: the clients' JSON lines (client.N), the file
+`sample` writes a line a second to SAMPLES, "T RSS_KB FDS RSS_KB FDS" for
+the two processes (T in seconds since the epoch time T0), until STOPFILE
+exists or MAXSECS passed: one process, no fork per sample, so that a loaded
+machine still gets its samples on time.
+
+SAMPLES: from `sample`, for ploop-nbd and the mount's daemon. OUTDIR: the clients' JSON lines (client.N), the file
 writer's (fs), "snaps merges" (snapshots), "runs starts" (container).
 
-The rule, for each daemon: the first 10% of the run (at least 5 s) is
-warm-up and not judged; of the samples after it, the median RSS of the last
+The rule, for each daemon: the first 10% of the run (at least 20 s) is
+warm-up and not judged (the mount daemon's FUSE ring buffers, 1 MiB per
+entry, are touched as requests of growing sizes come); of the samples after it
+up to SECONDS (the load's end; after it come the final reads and merges), the median RSS of the last
 quarter must be within 10% + 8 MiB of the first quarter's. fd counts taken
 at idle (no client connected, one delta) before and after the load must be
 equal; during the load they move with clients and snapshot depth, so only
 their range is printed. Exit 1 when the rule fails.
 """
-import json, os, statistics, sys
+import json, os, statistics, sys, time
 
 
 def load_json(path):
@@ -34,9 +41,37 @@ def words(path):
         return []
 
 
+def rss_fds(pid):
+    try:
+        rss = 0
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1])
+        return rss, len(os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        return 0, 0
+
+
+def sample():
+    out, t0, stop, maxsecs = sys.argv[2], float(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+    pids = [int(p) for p in sys.argv[6:8]]
+    with open(out, "w") as f:
+        while not os.path.exists(stop) and time.time() - t0 < maxsecs:
+            row = [int(time.time() - t0)]
+            for p in pids:
+                row += rss_fds(p)
+            f.write(" ".join(map(str, row)) + "\n")
+            f.flush()
+            time.sleep(1 - (time.time() - t0) % 1)
+    return 0
+
+
 def main():
-    samples, out, ncl = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    fd0_s, fd1_s, fd0_m, fd1_m = map(int, sys.argv[4:8])
+    if sys.argv[1] == "sample":
+        return sample()
+    samples, out, ncl, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    fd0_s, fd1_s, fd0_m, fd1_m = map(int, sys.argv[5:9])
     ok = True
 
     tot = dict(ops=0, bytes_written=0, bytes_verified=0)
@@ -70,9 +105,15 @@ def main():
     if len(rows) < 8:
         print("resources: only %d samples, too few to judge" % len(rows))
         return 1
-    span = rows[-1][0]
-    warm = max(5, span // 10)
-    judged = [r for r in rows if r[0] >= warm] or rows
+    warm = max(20, secs // 10)
+    judged = [r for r in rows if warm <= r[0] <= secs]
+    if len(judged) < 8:
+        print("resources: only %d samples between %d s and %d s, too few to judge" % (len(judged), warm, secs))
+        return 1
+    print("timeline (s: ploop-nbd RSS KiB/fds, mount daemon RSS KiB/fds):")
+    step = max(1, len(rows) // 12)
+    for r in rows[::step] + ([rows[-1]] if (len(rows) - 1) % step else []):
+        print("  %4d: %7d/%-3d %7d/%-3d" % tuple(r))
     q = max(1, len(judged) // 4)
     for name, col, fd0, fd1 in (("ploop-nbd", 1, fd0_s, fd1_s), ("mount daemon", 3, fd0_m, fd1_m)):
         rss = [r[col] for r in judged if r[col] > 0]

@@ -5,7 +5,7 @@
 #     clients (nbd-load.py) do mixed, verified I/O, each on a region of its own
 #     (regions end mid-cluster, so neighbours share clusters);
 #   - every 2-4 s an online snapshot or merge of A through the control socket
-#     (`ploop snapshot`, `ploop snapshot-merge [-u UUID | -A]`), depth <= 4;
+#     (`ploop snapshot`, `ploop snapshot-merge [-u UUID | -A]`), depth <= 3;
 #   - a container on its own ploop disk: `run -- /bin/true`, and every 4th
 #     time `start` + `stop`;
 #   - disk B mounted (`ploop mount`, FUSE + loop + ext4) with a file writer
@@ -21,7 +21,11 @@
 # Exit 0 pass, 77 skip (not root, no FUSE, no busybox), 1 fail.
 source "$(dirname "$0")/../integration/functions.sh"
 source "$TOP/tests/integration/container-lib.bash"
-requires python3
+# Python straight, not through a version manager's shim: under load a shim
+# costs seconds per start, and the parts must start together.
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=$(command -v python3) || skip "python3 not installed"
+requires fio
 [[ -c /dev/fuse ]] || skip "no /dev/fuse"
 requires mkfs.ext4
 [[ -x $PLOOP && -x $PLOOP_NBD ]] || skip "ploop / ploop-nbd not built in $BUILD"
@@ -37,6 +41,8 @@ export PLOOP_NO_PROGRESS=1 PLOOP_RUN_DIR=$TMP/run
 # RSS rule sees the program's memory and not the allocator's cache.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}:quarantine_size_mb=16:thread_local_quarantine_size_kb=256
 A=$TMP/a B=$TMP/b M=$TMP/mnt
+# SOAK_KEEP=DIR keeps the samples and every part's output there.
+[[ -n ${SOAK_KEEP:-} ]] && cleanup "mkdir -p '$SOAK_KEEP' && cp -r '$TMP/out' '$TMP/samples' '$TMP/server.log' '$SOAK_KEEP/' 2>/dev/null"
 mkdir -p "$A" "$B" "$M" "$TMP/out"
 log() { printf '[soak %4ds] %s\n' $(($(date +%s) - ${T0:-$(date +%s)})) "$*"; }
 note_fail() { echo "$*" >>"$TMP/failures"; }
@@ -64,14 +70,20 @@ cleanup "kill $SPID 2>/dev/null; wait $SPID 2>/dev/null"
 $PLOOP init -s 256M -t ext4 "$B/root.hds" >/dev/null
 $PLOOP mount -m "$M" "$B" >/dev/null
 cleanup "$PLOOP umount '$B' >/dev/null 2>&1"
-MPID=$($PLOOP list --json | python3 -c 'import json,sys; print([a["pid"] for a in json.load(sys.stdin) if a["disk"] == sys.argv[1]][0])' "$B")
+MPID=$($PLOOP list --json | "$PY" -c 'import json,sys; print([a["pid"] for a in json.load(sys.stdin) if a["disk"] == sys.argv[1]][0])' "$B")
 kill -0 "$MPID" || fail "no daemon for the mount"
+
+# The mount daemon's FUSE ring (32 entries of 1 MiB per CPU) is touched as
+# requests come, and only a deep queue of large ones touches it all: do that
+# now, so that its filling is not mistaken for growth.
+fio --name=warm --filename="$M/warm" --size=128M --bs=1M --rw=randrw --direct=1 --ioengine=libaio \
+  --iodepth=64 --numjobs=2 --time_based --runtime=3 >/dev/null || fail "fio warm-up on the mount"
+rm -f "$M/warm"
 
 ct create c1 --size 128M >/dev/null
 loops_before=$(losetup -a | grep -c "$CTROOT/" || true)
 
 fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
-rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 FD0_SERVER=$(fds $SPID) FD0_MOUNT=$(fds "$MPID")
 
 # ---- the load -------------------------------------------------------------
@@ -80,20 +92,14 @@ END=$((T0 + SECS))
 log "start: $SECS s, ploop-nbd pid $SPID on 127.0.0.1:$port, mount daemon pid $MPID, build $BUILD"
 
 # Sampler: RSS (KiB) and fd count of both daemons, once a second.
-(
-  for ((i = 0; i < GRACE; i++)); do
-    [[ -e $TMP/stop-sampler ]] && break
-    echo "$(($(date +%s) - T0)) $(rss $SPID) $(fds $SPID) $(rss "$MPID") $(fds "$MPID")"
-    sleep 1
-  done
-) >"$TMP/samples" &
+"$PY" "$HERE/soak-stats.py" sample "$TMP/samples" "$T0" "$TMP/stop-sampler" $GRACE $SPID "$MPID" &
 SAMPLER=$!
 
-pids=()
+pids=() names=()
 for ((c = 0; c < NCLIENTS; c++)); do
-  timeout -k 5 $GRACE python3 "$HERE/nbd-load.py" "127.0.0.1:$port" $c $((c * REGION)) $REGION "$SECS" 10000000 \
+  timeout -k 5 $GRACE "$PY" "$HERE/nbd-load.py" "127.0.0.1:$port" $c $((c * REGION)) $REGION "$SECS" 10000000 \
     "$TMP/out/model.$c" >"$TMP/out/client.$c" 2>&1 &
-  pids+=($!)
+  pids+=($!) names+=("client $c")
 done
 
 # Online snapshots and merges of A.
@@ -103,11 +109,12 @@ done
   RANDOM=7
   while (($(date +%s) < END && n < MAX_LOOPS)); do
     n=$((n + 1))
-    sleep "$((2 + RANDOM % 3)).$((RANDOM % 10))"
-    (($(date +%s) < END)) || break
+    pause=$((2 + RANDOM % 3))
+    (($(date +%s) + pause < END)) || break
+    sleep "$pause.$((RANDOM % 10))"
     mapfile -t uuids < <($PLOOP snapshot-list -H -o uuid "$A")
     depth=${#uuids[@]}
-    if ((depth < 2 || (depth < 4 && RANDOM % 2))); then
+    if ((depth < 2 || (depth < 3 && RANDOM % 2))); then
       out=$($PLOOP snapshot "$A" 2>&1) || { note_fail "snapshot $snaps+1: $out"; continue; }
       snaps=$((snaps + 1))
     else
@@ -124,7 +131,7 @@ done
   done
   echo "$snaps $merges" >"$TMP/out/snapshots"
 ) &
-pids+=($!)
+pids+=($!) names+=("snapshot loop")
 
 # The container: run /bin/true; every 4th round start + stop instead.
 (
@@ -132,6 +139,7 @@ pids+=($!)
   runs=0 starts=0 n=0
   while (($(date +%s) < END && n < MAX_LOOPS)); do
     n=$((n + 1))
+    (($(date +%s) + 3 < END)) || break # a round takes 1-3 s
     if ((n % 4)); then
       out=$(timeout 120 "$PLOOP_CONTAINER" --root "$CTROOT" run c1 -- /bin/true 2>&1) ||
         { note_fail "container run $n: $out"; break; }
@@ -146,13 +154,16 @@ pids+=($!)
   done
   echo "$runs $starts" >"$TMP/out/container"
 ) &
-pids+=($!)
+pids+=($!) names+=("container loop")
 
-timeout -k 5 $GRACE python3 "$HERE/fs-writer.py" write "$M" "$SECS" $MAX_LOOPS "$TMP/out/fs.state" \
+timeout -k 5 $GRACE "$PY" "$HERE/fs-writer.py" write "$M" "$SECS" $MAX_LOOPS "$TMP/out/fs.state" \
   >"$TMP/out/fs" 2>&1 &
-pids+=($!)
+pids+=($!) names+=("file writer")
 
-for p in "${pids[@]}"; do wait "$p" || note_fail "load process $p exited $?"; done
+for i in "${!pids[@]}"; do
+  wait "${pids[i]}" || note_fail "${names[i]} exited $?"
+  [[ $(date +%s) -le $((END + 1)) ]] || log "${names[i]} done"
+done
 log "load done"
 for ((c = 0; c < NCLIENTS; c++)); do
   grep -q '^{' "$TMP/out/client.$c" || note_fail "client $c: $(tail -1 "$TMP/out/client.$c")"
@@ -175,7 +186,7 @@ $PLOOP check "$A" >/dev/null 2>&1 || note_fail "ploop check A: $($PLOOP check "$
 $PLOOP export -o "$TMP/a.raw" "$A" >/dev/null || note_fail "export A"
 models=()
 for ((c = 0; c < NCLIENTS; c++)); do models+=("$TMP/out/model.$c"); done
-if compared=$(python3 "$HERE/nbd-load.py" compare "$TMP/a.raw" $REGION "${models[@]}" 2>&1); then
+if compared=$("$PY" "$HERE/nbd-load.py" compare "$TMP/a.raw" $REGION "${models[@]}" 2>&1); then
   log "A's image equals the clients' models ($((compared >> 20)) MiB compared)"
 else
   note_fail "A's image: $compared"
@@ -186,7 +197,7 @@ $PLOOP umount "$B" >/dev/null || note_fail "umount B"
 $PLOOP check "$B" >/dev/null 2>&1 || note_fail "ploop check B: $($PLOOP check "$B" 2>&1 | tail -3)"
 if [[ -s $TMP/out/fs.state ]]; then
   $PLOOP mount -r -m "$M" "$B" >/dev/null || note_fail "remount B"
-  if fsbytes=$(python3 "$HERE/fs-writer.py" verify "$M" "$TMP/out/fs.state" 2>&1); then
+  if fsbytes=$("$PY" "$HERE/fs-writer.py" verify "$M" "$TMP/out/fs.state" 2>&1); then
     log "B's files verify after a remount ($((fsbytes >> 20)) MiB)"
   else
     note_fail "B after remount: $fsbytes"
@@ -199,7 +210,7 @@ ct list | awk '$1 == "c1" && $2 != "stopped" {exit 1}' || note_fail "container c
 grep -q "$CTROOT/" /proc/mounts && note_fail "container mounts left: $(grep "$CTROOT/" /proc/mounts)"
 pgrep -f "ploop-nbd.*$CTROOT/" >/dev/null && note_fail "container disk daemon left"
 
-python3 "$HERE/soak-stats.py" "$TMP/samples" "$TMP/out" $NCLIENTS \
+"$PY" "$HERE/soak-stats.py" "$TMP/samples" "$TMP/out" $NCLIENTS "$SECS" \
   "$FD0_SERVER" "$FD1_SERVER" "$FD0_MOUNT" "$FD1_MOUNT" || note_fail "daemon resources not flat (see above)"
 
 if [[ -s $TMP/failures ]]; then
