@@ -39,7 +39,11 @@ GRACE=$((SECS + 180))             # no part may outlive this
 export PLOOP_NO_PROGRESS=1 PLOOP_RUN_DIR=$TMP/run
 # Sanitized builds: keep ASan's quarantine of freed memory small, so that the
 # RSS rule sees the program's memory and not the allocator's cache.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}:quarantine_size_mb=16:thread_local_quarantine_size_kb=256
+# Reports of every process (daemons too: their stderr may go nowhere) land in
+# $TMP/san and fail the soak.
+mkdir -p "$TMP/san"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}:quarantine_size_mb=16:thread_local_quarantine_size_kb=256:log_path=$TMP/san/asan
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}:log_path=$TMP/san/ubsan
 A=$TMP/a B=$TMP/b M=$TMP/mnt
 # SOAK_KEEP=DIR keeps the samples and every part's output there.
 [[ -n ${SOAK_KEEP:-} ]] && cleanup "mkdir -p '$SOAK_KEEP' && cp -r '$TMP/out' '$TMP/samples' '$TMP/server.log' '$SOAK_KEEP/' 2>/dev/null"
@@ -212,6 +216,12 @@ pgrep -f "ploop-nbd.*$CTROOT/" >/dev/null && note_fail "container disk daemon le
 
 "$PY" "$HERE/soak-stats.py" "$TMP/samples" "$TMP/out" $NCLIENTS "$SECS" \
   "$FD0_SERVER" "$FD1_SERVER" "$FD0_MOUNT" "$FD1_MOUNT" || note_fail "daemon resources not flat (see above)"
+
+for f in "$TMP"/san/*; do
+  [[ -e $f ]] || continue
+  note_fail "sanitizer report $(basename "$f"): $(grep -m1 -E 'ERROR|runtime error' "$f")"
+  sed 's/^/    /' "$f" | head -40 >&2
+done
 
 if [[ -s $TMP/failures ]]; then
   echo "SOAK FAILED:" >&2
