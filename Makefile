@@ -15,7 +15,7 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wvla
 ALLCFLAGS := -std=gnu11 $(WARN) -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -fPIC -pthread \
-	-Ilibploop/include -Ilibploop/src -Ikmod-free-nbd/client $(SAN) $(CFLAGS) $(shell pkg-config --cflags libxml-2.0 fuse3 2>/dev/null)
+	-Ilibploop/include -Ilibploop/src -Ikmod-free-nbd/client -Itls $(SAN) $(CFLAGS) $(shell pkg-config --cflags libxml-2.0 fuse3 2>/dev/null)
 LDFLAGS ?=
 LIBS    := -laio -lxml2 -lpthread -luuid -lxxhash -lz
 
@@ -23,6 +23,7 @@ LIB_SRC  := $(sort $(wildcard libploop/src/*.c))
 PLOOP_SRC := $(sort $(wildcard tools/ploop/*.c))
 NBD_SRC  := $(sort $(wildcard kmod-free-nbd/server/*.c kmod-free-nbd/fuse/*.c))
 CLIENT_SRC := $(sort $(wildcard kmod-free-nbd/client/*.c))
+TLS_SRC  := $(sort $(wildcard tls/*.c))
 CT_SRC   := $(sort $(wildcard tools/ploop-container/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
 CRASH_SRC := $(sort $(wildcard tests/crash/*.c))
@@ -32,6 +33,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIB_A  := $(BUILD)/lib/libploop.a
 LIB_SO := $(BUILD)/lib/libploop.so
 CLIENT_A := $(BUILD)/lib/libploop-client.a
+TLS_A    := $(BUILD)/lib/libploop-tls.a
 BINS   := $(BUILD)/bin/ploop $(if $(NBD_SRC),$(BUILD)/bin/ploop-nbd) $(if $(CT_SRC),$(BUILD)/bin/ploop-container)
 UNIT   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
@@ -60,6 +62,13 @@ $(CLIENT_A): $(call obj,$(CLIENT_SRC))
 	@$(if $(V),,echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# GnuTLS sessions for every network end (tls/ploop-tls.h), shared by the
+# three binaries; libploop itself knows no sockets.
+$(TLS_A): $(call obj,$(TLS_SRC))
+	@mkdir -p $(dir $@)
+	@$(if $(V),,echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
 $(LIB_SO): $(call obj,$(LIB_SRC))
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  LD      $@")
@@ -69,20 +78,20 @@ $(BUILD)/lib/libploop.pc: libploop/libploop.pc.in
 	@mkdir -p $(dir $@)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
 
-$(BUILD)/bin/ploop: $(call obj,$(PLOOP_SRC)) $(CLIENT_A) $(LIB_A)
+$(BUILD)/bin/ploop: $(call obj,$(PLOOP_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lm
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lm -lgnutls
 
-$(BUILD)/bin/ploop-nbd: $(call obj,$(NBD_SRC)) $(CLIENT_A) $(LIB_A)
+$(BUILD)/bin/ploop-nbd: $(call obj,$(NBD_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -luring -lblkid
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -luring -lblkid -lgnutls
 
-$(BUILD)/bin/ploop-container: $(call obj,$(CT_SRC)) $(CLIENT_A) $(LIB_A)
+$(BUILD)/bin/ploop-container: $(call obj,$(CT_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lz -lseccomp
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lz -lseccomp -lgnutls
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB_A)
 	@mkdir -p $(dir $@)

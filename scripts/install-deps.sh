@@ -12,6 +12,7 @@ pkgs=(
   debootstrap
   libseccomp-dev
   clang-14 libclang-rt-14-dev
+  libgnutls28-dev gnutls-bin
 )
 missing=()
 for p in "${pkgs[@]}"; do
