@@ -71,4 +71,5 @@ const struct cli_verb verb_receive = {
                "                      read the stream from it (default: stdin)\n"
                "  --json              print {\"bytes_received\",\"clusters\",\"data_bytes\",\n"
                "                      \"seconds\",\"guid\"} on stdout instead of the summary line\n",
+    .interruptible = true,
 };
