@@ -612,10 +612,15 @@ int ploop_attach_umount(const char *what)
 
 int ploop_attach_format(const char *disk_dir, const char *fstype)
 {
+  return ploop_attach_format_opts(disk_dir, fstype, NULL);
+}
+
+int ploop_attach_format_opts(const char *disk_dir, const char *fstype, const struct ploop_fs_opts *o)
+{
   struct ploop_attach_info i;
   if (ploop_attach_mount(disk_dir, NULL, &i) < 0)
     return -1;
-  int rc = ploop_fs_make(i.device, fstype);
+  int rc = ploop_fs_make_opts(i.device, fstype, o);
   char msg[1024];
   int status = ploop_get_status(), err = ploop_get_errno();
   snprintf(msg, sizeof(msg), "%s", ploop_get_error());
