@@ -186,10 +186,32 @@ static int run_balloon(int argc, char **argv)
     return EXIT_OK;
   }
   if (argc < 2)
-    return cli_usage_error("missing balloon action (only 'discard' is supported)");
-  if (strcmp(argv[1], "discard") != 0)
-    return cli_usage_error("balloon %s: not supported (only 'discard')", argv[1]);
-  return run_compact(argc - 1, argv + 1);
+    return cli_usage_error("missing balloon action (discard, show or status)");
+  if (strcmp(argv[1], "discard") == 0)
+    return run_compact(argc - 1, argv + 1);
+  if (strcmp(argv[1], "show") != 0 && strcmp(argv[1], "status") != 0)
+    return cli_usage_error("balloon %s: not supported (discard, show or status)", argv[1]);
+  /* OpenVZ inflates a hidden file in the container's filesystem and moves
+   * its blocks out of the image. Here free space goes back by discard
+   * (balloon discard = compact), so there is never a balloon file and no
+   * balloon operation can be in progress; both are said the OpenVZ way. */
+  const char *action = argv[1];
+  argc--;
+  argv++;
+  int c;
+  while ((c = cli_getopt(argc, argv, "", NULL)) != -1)
+    return c == 'h' ? EXIT_OK : EXIT_USAGE;
+  if (!cli_positional(argc, argv, 1, "DISK"))
+    return EXIT_USAGE;
+  struct ploop_descriptor *d = ploop_descriptor_load(argv[optind]);
+  if (!d)
+    return cli_lib_error();
+  ploop_descriptor_free(d);
+  if (strcmp(action, "show") == 0)
+    printf("Current size of hidden balloon is 0 bytes\n");
+  else
+    printf("Current state of in-fly balloon operation is NONE\n");
+  return EXIT_OK;
 }
 
 const struct cli_verb verb_mount = {
@@ -233,6 +255,6 @@ const struct cli_verb verb_compact = {
 const struct cli_verb verb_balloon = {
     .name = "balloon",
     .run = run_balloon,
-    .synopsis = "balloon discard DISK",
-    .summary = "same as compact (ploop's spelling)",
+    .synopsis = "balloon {discard|show|status} DISK",
+    .summary = "discard: same as compact; show/status: no balloon file is ever used (0, NONE)",
 };
