@@ -182,6 +182,13 @@ int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaime
     int fd = open(i.mount_point, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
       return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", i.mount_point, strerror(errno));
+    /* Blocks freed by a delete are free for FITRIM only once the
+     * filesystem has committed the delete: sync it first (OpenVZ does). */
+    if (syncfs(fd) < 0) {
+      int se = errno;
+      close(fd);
+      return ploop_set_error(PLOOP_ERR_IO, se, "sync %s: %s", i.mount_point, strerror(se));
+    }
     struct fstrim_range r = {.start = 0, .len = UINT64_MAX, .minlen = 0};
     int rc = ioctl(fd, FITRIM, &r);
     int e = errno;
