@@ -251,6 +251,12 @@ static int info_disk(struct ploop_descriptor *d, struct info *in)
     in->file_bytes += im->di.file_bytes;
     in->disk_bytes += im->di.disk_bytes;
     if (strcmp(img->guid, d->top_guid) == 0) {
+      if (!img->plain && im->di.virtual_bytes != d->size_sectors * 512)
+        return cli_error(EXIT_CORRUPT,
+                         "%s: Disk_size %" PRIu64 " sectors in %s disagrees with %s (%" PRIu64
+                         " sectors); 'ploop check -F' repairs it",
+                         d->dir, d->size_sectors, PLOOP_DESCRIPTOR_NAME, img->file,
+                         im->di.virtual_bytes / 512);
       in->in_use = im->di.in_use;
       if (!img->plain)
         in->version = im->di.version;
