@@ -55,6 +55,18 @@ $PLOOP check -f d >/dev/null || fail "check after replace --keep-name"
 if [[ -x $OVZ ]]; then "$OVZ" check -f -c -r d/copy.hds >/dev/null 2>&1 || fail "OpenVZ's check after replace"; fi
 echo "ok: replace"
 
+# --- import from a pipe (and from a redirected stdin)
+code_is 38 sh -c "cat p.raw | $PLOOP import - '$TMP/pipe'"
+[[ ! -e pipe ]] || fail "a refused pipe import left a directory"
+cat p.raw | $PLOOP import -s 8M - pipe >/dev/null || fail "import - from a pipe"
+rm -f y.raw && $PLOOP export -o y.raw pipe >/dev/null
+cmp -n $((3 * 1048576)) y.raw p.raw || fail "contents after import from a pipe"
+[[ $(stat -c %s y.raw) -eq $((8 << 20)) ]] || fail "size after import -s 8M from a pipe"
+$PLOOP check -f pipe >/dev/null || fail "check after import from a pipe"
+if [[ -x $OVZ ]]; then "$OVZ" check -f -c -r pipe/root.hds >/dev/null 2>&1 || fail "OpenVZ's check after import -"; fi
+$PLOOP import - pipe2 <p.raw >/dev/null || fail "import - from a redirected file"
+echo "ok: import -"
+
 # --- exit numbers
 code_is 43 $PLOOP snapshot-list -u '{11111111-2222-3333-4444-555555555555}' d
 code_is 38 $PLOOP resize -s 18446744073709551104 d

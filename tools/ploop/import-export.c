@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "bare-delta.h"
+#include "import-stream.h"
 
 static void print_stats(const char *what, const char *from, const char *to,
                         const struct ploop_copy_stats *s, uint64_t ns)
@@ -174,10 +175,26 @@ static int run_import(int argc, char **argv)
   if (!cli_positional(argc, argv, 2, "SRC.raw and DISK"))
     return EXIT_USAGE;
   const char *src = argv[optind], *disk = argv[optind + 1];
-  uint64_t src_bytes;
-  int rc = source_size(src, &src_bytes);
-  if (rc)
+  uint64_t src_bytes = 0;
+  int rc;
+  /* "-" is stdin: a redirected file is read as any file; a pipe is read
+   * front to back (import-stream.c), and a new disk needs -s then. */
+  bool from_pipe = false;
+  if (strcmp(src, "-") == 0) {
+    struct stat in;
+    if (fstat(STDIN_FILENO, &in) < 0)
+      return cli_error(EXIT_READ, "stdin: %s", strerror(errno));
+    if (isatty(STDIN_FILENO))
+      return cli_usage_error("refusing to read an image from a terminal (pipe one in)");
+    if (S_ISREG(in.st_mode) || S_ISBLK(in.st_mode))
+      src = "/dev/stdin";
+    else
+      from_pipe = true;
+  }
+  if (!from_pipe && (rc = source_size(src, &src_bytes)))
     return rc;
+  if (from_pipe && !descriptor_exists(disk) && !p.size_bytes)
+    return cli_usage_error("-s SIZE is required for a new disk imported from a pipe");
 
   /* A new disk is built in a hidden directory beside DISK and renamed to
    * it when complete (rename replaces an empty directory): an import that
@@ -215,9 +232,15 @@ static int run_import(int argc, char **argv)
   cli_progress_init(&prog, "import");
   struct ploop_copy_stats stats = {0};
   uint64_t t0 = cli_now_ns();
-  rc = ploop_import_raw(src, work, cli_progress_cb, &prog, &stats);
+  int stream_rc = 0;
+  if (from_pipe)
+    rc = (stream_rc = import_stream(STDIN_FILENO, work, &prog, &stats)) ? -1 : 0;
+  else
+    rc = ploop_import_raw(src, work, cli_progress_cb, &prog, &stats);
   cli_progress_end(&prog);
-  if (rc == 0 && staged && rename(work, disk) < 0) {
+  if (stream_rc) {
+    rc = stream_rc; /* printed already */
+  } else if (rc == 0 && staged && rename(work, disk) < 0) {
     rc = -1;
     cli_error(EXIT_IO, "%s: rename to %s: %s", work, disk, strerror(errno));
   } else if (rc < 0) {
@@ -353,11 +376,12 @@ static int run_export(int argc, char **argv)
 const struct cli_verb verb_import = {
     .name = "import",
     .run = run_import,
-    .synopsis = "import [-s SIZE] [-b SECTORS] [-v 1|2] [--sparse] SRC.raw DISK",
+    .synopsis = "import [-s SIZE] [-b SECTORS] [-v 1|2] [--sparse] SRC.raw|- DISK",
     .summary = "make DISK equal to a raw file, writing only clusters that differ",
     .details = "DISK is a directory; if it holds no DiskDescriptor.xml a new disk is made\n"
                "there (DIR/root.hds) with the source's size.  Zero clusters of the source\n"
                "are never allocated (they stay holes; --sparse is accepted for scripts).\n"
+               "SRC '-' reads stdin; from a pipe, a new disk needs -s.\n"
                "  -s, --size SIZE           size of a new disk (default: the source's)\n"
                "  -b, --blocksize SECTORS   cluster size of a new disk (default 2048)\n"
                "  -v, --format-version 1|2  format version of a new disk (default 2)\n"
