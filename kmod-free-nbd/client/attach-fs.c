@@ -241,6 +241,21 @@ int ploop_fs_resize_offline(const char *device, const char *fstype, uint64_t new
   return 0;
 }
 
+int ploop_fs_check(const char *device, const char *fstype)
+{
+  /* ext2/3/4: e2fsck -p fixes what is safe to fix unattended (exit 1: fixed);
+   * xfs: xfs_repair -n reports (a dirty log is replayed by the mount). */
+  if (strncmp(fstype, "ext", 3) == 0) {
+    char *fsck[] = {"e2fsck", "-p", (char *)device, NULL};
+    return run_checked(fsck, 1) < 0 ? -1 : 0;
+  }
+  if (strcmp(fstype, "xfs") == 0) {
+    char *fsck[] = {"xfs_repair", "-n", (char *)device, NULL};
+    return run_checked(fsck, 0) < 0 ? -1 : 0;
+  }
+  return ploop_set_error(PLOOP_ERR_PARAM, EOPNOTSUPP, "%s: no check for a %s filesystem", device, fstype);
+}
+
 void attach_mounted_fstype(const char *mount_point, char *type, size_t len)
 {
   type[0] = 0;

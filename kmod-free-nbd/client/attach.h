@@ -110,6 +110,9 @@ int ploop_fs_make_opts(const char *device, const char *fstype, const struct ploo
 /* Probes DEVICE's filesystem type with libblkid into TYPE; -1 with
  * PLOOP_ERR_NOTFOUND when there is none. */
 int ploop_fs_probe(const char *device, char *type, size_t len);
+/* Checks the unmounted filesystem on DEVICE (ext*: e2fsck -p, fixing what
+ * is safe; xfs: xfs_repair -n). OpenVZ's mount -F. */
+int ploop_fs_check(const char *device, const char *fstype);
 /* Grows the filesystem mounted on MOUNT_POINT to fill its device. */
 int ploop_fs_grow_online(const char *mount_point, const char *device, const char *fstype);
 /* Offline resize of an unmounted filesystem on DEVICE to NEW_BYTES (ext2/3/4:

@@ -88,6 +88,13 @@ if [[ $(id -u) -eq 0 ]] && command -v mkfs.ext4 >/dev/null && command -v dumpe2f
     bs=$(dumpe2fs -h f.raw 2>/dev/null | awk -F: '/^Block size/ {gsub(/ /, "", $2); print $2}')
     [[ $bs == 1024 ]] || fail "init -B 1024 made block size '$bs'"
     echo "ok: init -n -B"
+    mkdir -p mnt
+    $PLOOP mount -F -m "$TMP/mnt" f >/dev/null || fail "mount -F"
+    cleanup "$PLOOP umount '$TMP/f' >/dev/null 2>&1 || true"
+    echo data >mnt/file
+    $PLOOP umount f >/dev/null || fail "umount after mount -F"
+    code_is 38 $PLOOP mount -F f
+    echo "ok: mount -F"
   else
     echo "note: init -t ext4 not possible here: $(cat "$TMP/init.err")"
   fi

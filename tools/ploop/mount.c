@@ -14,13 +14,18 @@ static int run_mount(int argc, char **argv)
   static const struct option longopts[] = {
       {"readonly", no_argument, NULL, 'r'},       {"mount-point", required_argument, NULL, 'm'},
       {"uuid", required_argument, NULL, 'u'},     {"fstype", required_argument, NULL, 't'},
-      {"options", required_argument, NULL, 'o'}, {0},
+      {"options", required_argument, NULL, 'o'}, {"fsck", no_argument, NULL, 'F'},
+      {0},
   };
   struct ploop_attach_opts o = {0};
   char uuid[PLOOP_UUID_LEN + 1];
+  bool fsck = false;
   int c;
-  while ((c = cli_getopt(argc, argv, "rm:u:t:o:", longopts)) != -1) {
+  while ((c = cli_getopt(argc, argv, "rm:u:t:o:F", longopts)) != -1) {
     switch (c) {
+    case 'F':
+      fsck = true;
+      break;
     case 'r':
       o.readonly = true;
       break;
@@ -51,7 +56,29 @@ static int run_mount(int argc, char **argv)
     return cli_usage_error("-t and -o need -m MOUNT_POINT");
   if (o.readonly)
     o.mount_flags |= MS_RDONLY;
+  if (fsck && !o.mount_point)
+    return cli_usage_error("-F checks the filesystem before mounting it: give -m MOUNT_POINT");
+  if (fsck && o.readonly)
+    return cli_usage_error("-F needs a writable disk (the check may repair)");
   struct ploop_attach_info info;
+  if (fsck) {
+    /* The device alone first, for the check; then the attach with the mount. */
+    struct ploop_attach_opts dev_only = {0};
+    if (ploop_attach_mount(argv[optind], &dev_only, &info) < 0)
+      return cli_lib_error();
+    char type[32];
+    int rc = 0;
+    if (o.fstype)
+      snprintf(type, sizeof type, "%s", o.fstype);
+    else if (ploop_fs_probe(info.device, type, sizeof type) < 0)
+      rc = cli_lib_error();
+    if (!rc && ploop_fs_check(info.device, type) < 0)
+      rc = cli_lib_error();
+    if (ploop_attach_umount(info.disk_dir) < 0 && !rc)
+      rc = cli_lib_error();
+    if (rc)
+      return rc;
+  }
   if (ploop_attach_mount(argv[optind], &o, &info) < 0)
     return cli_lib_error();
   printf("%s\n", info.device);
@@ -217,13 +244,15 @@ static int run_balloon(int argc, char **argv)
 const struct cli_verb verb_mount = {
     .name = "mount",
     .run = run_mount,
-    .synopsis = "mount [-r] [-u UUID] [-m DIR [-t FSTYPE] [-o OPTIONS]] DISK",
+    .synopsis = "mount [-r] [-u UUID] [-m DIR [-F] [-t FSTYPE] [-o OPTIONS]] DISK",
     .summary = "attach the disk as a loop device (and mount it); prints the device",
     .details = "  -r, --readonly          read-only device and mount\n"
                "  -u, --uuid UUID         attach that snapshot (always read-only)\n"
                "  -m, --mount-point DIR   mount the disk's filesystem on DIR\n"
                "  -t, --fstype TYPE       filesystem type (default: probed)\n"
                "  -o, --options OPTS      filesystem mount options\n"
+               "  -F, --fsck              check the filesystem first (ext*: e2fsck -p, which\n"
+               "                          fixes what is safe; xfs: xfs_repair -n)\n"
                "Needs root: ploop-nbd serves the disk as a FUSE file bound to a loop device.\n",
 };
 
