@@ -427,10 +427,12 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
   int e = errno;
   readonly = flags & MS_RDONLY;
   /* A read-only device cannot replay a journal: mount without it (a
-   * snapshot taken under FIFREEZE has a clean journal anyway). */
+   * snapshot taken under FIFREEZE has a clean journal anyway). XFS also
+   * refuses a second filesystem with the UUID of a mounted one: a snapshot
+   * of a mounted XFS has it, hence nouuid. */
   if (readonly && (e == EROFS || e == EINVAL || e == EACCES)) {
     const char *skip = strncmp(fstype, "ext", 3) == 0 ? "noload"
-                       : strcmp(fstype, "xfs") == 0   ? "norecovery"
+                       : strcmp(fstype, "xfs") == 0   ? "norecovery,nouuid"
                                                       : NULL;
     if (skip) {
       char opts[sizeof(data) + 16];

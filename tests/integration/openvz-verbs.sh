@@ -99,4 +99,22 @@ if [[ $(id -u) -eq 0 ]] && command -v mkfs.ext4 >/dev/null && command -v dumpe2f
     echo "note: init -t ext4 not possible here: $(cat "$TMP/init.err")"
   fi
 fi
+# --- a read-only mount of a snapshot of a mounted XFS (same UUID: nouuid)
+if [[ $(id -u) -eq 0 ]] && command -v mkfs.xfs >/dev/null; then
+  mkdir -p x xm xs
+  if $PLOOP init -s 320M -t xfs x/root.hds >/dev/null 2>"$TMP/init.err"; then
+    $PLOOP mount -m "$TMP/xm" x >/dev/null || fail "mount xfs"
+    cleanup "$PLOOP umount '$TMP/x' >/dev/null 2>&1 || true"
+    echo hello >xm/f
+    sync
+    s=$($PLOOP snapshot x) || fail "online snapshot of a mounted xfs"
+    $PLOOP mount -u "$s" -m "$TMP/xs" x >/dev/null || fail "read-only mount of the snapshot of a mounted xfs"
+    [[ $(cat xs/f) == hello ]] || fail "snapshot of xfs reads wrong"
+    $PLOOP umount -m "$TMP/xs" >/dev/null || fail "umount of the xfs snapshot"
+    $PLOOP umount x >/dev/null || fail "umount xfs"
+    echo "ok: xfs snapshot mounted beside its origin"
+  else
+    echo "note: init -t xfs not possible here: $(cat "$TMP/init.err")"
+  fi
+fi
 echo PASS
