@@ -34,8 +34,20 @@ static int find_writable(const char *what, const char *verb, struct ploop_attach
 static int ctl_failed(const struct ploop_attach_info *i, const char *verb)
 {
   int e = errno ? errno : EIO;
-  return ploop_set_error(e == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_GENERIC, e, "%s: %s: %s", i->disk_dir,
-                     verb, ploop_ctl_error());
+  const char *msg = ploop_ctl_error();
+  /* The daemon sends errno and text only: the class comes back from the
+   * errno the library chose for it (as offline: same exit code). */
+  int status = e == EBUSY || e == EAGAIN                 ? PLOOP_ERR_BUSY
+               : e == EINVAL || e == ERANGE || e == EEXIST ? PLOOP_ERR_PARAM
+               : e == ENOENT && strstr(msg, "no snapshot") ? PLOOP_ERR_NOSNAP
+               : e == ENOENT                              ? PLOOP_ERR_NOTFOUND
+               : e == EIO || e == ENOSPC || e == EDQUOT   ? PLOOP_ERR_IO
+                                                          : PLOOP_ERR_GENERIC;
+  /* The library's message names the disk already: name it once. */
+  size_t dl = strlen(i->disk_dir);
+  if (strncmp(msg, i->disk_dir, dl) == 0 && (msg[dl] == ':' || msg[dl] == ' '))
+    return ploop_set_error(status, e, "%s", msg);
+  return ploop_set_error(status, e, "%s: %s: %s", i->disk_dir, verb, msg);
 }
 
 int ploop_attach_snapshot(const char *what, const char *guid, char *guid_out)

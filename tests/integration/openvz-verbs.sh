@@ -92,6 +92,12 @@ if [[ $(id -u) -eq 0 ]] && command -v mkfs.ext4 >/dev/null && command -v dumpe2f
     $PLOOP mount -F -m "$TMP/mnt" f >/dev/null || fail "mount -F"
     cleanup "$PLOOP umount '$TMP/f' >/dev/null 2>&1 || true"
     echo data >mnt/file
+    # A served disk's snapshot error: OpenVZ's number as offline, the disk named once.
+    s=$($PLOOP snapshot f) || fail "online snapshot"
+    code_is 38 $PLOOP snapshot -u "$s" f
+    err=$(expect_fail $PLOOP snapshot -u "$s" f)
+    [[ $(grep -o "$TMP/f" <<<"$err" | wc -l) -eq 1 ]] || fail "the disk is not named exactly once: $err"
+    code_is 43 $PLOOP snapshot-merge -u '{11111111-2222-3333-4444-555555555555}' f
     $PLOOP umount f >/dev/null || fail "umount after mount -F"
     code_is 38 $PLOOP mount -F f
     echo "ok: mount -F"
