@@ -267,6 +267,20 @@ void ploop_check_report_format(const struct ploop_check_report *r, char *buf, si
              r->clusters_lost);
 }
 
+/* The top image's header is what resize writes first (the descriptor
+ * follows): after a crash between the two, the header says what the disk
+ * is. Returns 0 when repaired, 1 when repair was not asked, -1 on error. */
+static int size_fix(struct ploop_descriptor *d, uint64_t sectors, unsigned flags)
+{
+  if (!(flags & PLOOP_CHECK_REPAIR) || (flags & PLOOP_CHECK_READONLY))
+    return 1;
+  uint64_t keep = d->size_sectors;
+  d->size_sectors = sectors;
+  int rc = ploop_descriptor_save(d);
+  d->size_sectors = keep;
+  return rc < 0 ? -1 : 0;
+}
+
 int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t msglen)
 {
   size_t pos = 0;
@@ -312,15 +326,29 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
         result = 1;
       else if (rc == 1 && result == 0)
         result = 2;
-      if (rc == 0 && !r.header_bad) {
+      bool top = strcmp(d->images[i].guid, d->top_guid) == 0;
+      if ((rc == 0 || top) && !r.header_bad) {
         struct ploop_delta *dl = delta_open(d->dir, path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
-        if (dl && dl->h.cluster_sectors != d->cluster_sectors) {
+        if (rc == 0 && dl && dl->h.cluster_sectors != d->cluster_sectors) {
           pos += (size_t)snprintf(msg + pos, pos < msglen ? msglen - pos : 0,
                                   "%s: cluster size %u sectors differs from the disk's %u\n", path,
                                   dl->h.cluster_sectors, d->cluster_sectors);
           result = 1;
         }
+        if (top && dl && dl->h.size_sectors != d->size_sectors) {
+          int fixed = size_fix(d, dl->h.size_sectors, flags);
+          pos += (size_t)snprintf(msg + pos, pos < msglen ? msglen - pos : 0,
+                                  "%s: Disk_size %llu sectors disagrees with the top image (%llu sectors)%s\n",
+                                  d->dir, (unsigned long long)d->size_sectors,
+                                  (unsigned long long)dl->h.size_sectors, fixed == 0 ? ": repaired" : "");
+          if (fixed == 0)
+            d->size_sectors = dl->h.size_sectors;
+          else
+            result = fixed < 0 ? -1 : 1;
+        }
         delta_close(dl, false);
+        if (result < 0)
+          break;
       }
     }
     free(path);

@@ -423,6 +423,8 @@ int delta_set_in_use(struct ploop_delta *d, bool in_use)
   d->h.in_use = in_use ? PLOOP_IN_USE : PLOOP_CLEAN_V20;
   if (in_use)
     d->h.flags &= ~PLOOP_CIF_EMPTY;
+  else if (delta_count_allocated(d) == 0)
+    d->h.flags |= PLOOP_CIF_EMPTY; /* OpenVZ's check wants it on a delta with no clusters */
   /* The format extension (CBT) is dropped, as ploop does on mount. */
   d->h.ext_offset = 0;
   return delta_write_header(d);

@@ -167,6 +167,10 @@ int ploop_disk_resize(struct ploop_disk *disk, uint64_t new_bytes, unsigned flag
     return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: resize needs the disk open read-write", disk->dir);
   if (new_bytes == 0)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size must be greater than zero", disk->dir);
+  /* Before any rounding: a size near 2^64 would wrap to a tiny one. */
+  if (new_bytes > PLOOP_MAX_VIRTUAL_BYTES)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: bad size %llu bytes: exceeds the 50 TiB limit", disk->dir,
+                       (unsigned long long)new_bytes);
   disk_lock_exclusive(disk);
   int rc = -1;
   struct ploop_delta *top = disk->deltas[0];

@@ -177,7 +177,7 @@ static int wait_fd(int fd, short ev)
   }
   struct pollfd p = {.fd = fd, .events = ev};
   while (poll(&p, 1, -1) < 0)
-    if (errno != EINTR)
+    if (errno != EINTR || ploop_cancelled())
       return -1;
   return 0;
 }
@@ -203,12 +203,16 @@ int stream_writev_full(struct stream_fd *s, const void *a, size_t alen, const vo
   int cnt = blen ? 2 : 1;
   size_t left = alen + blen;
   while (left) {
+    if (ploop_cancel_check() < 0)
+      return -1;
     ssize_t w = write_some(s, v, cnt);
     if (w < 0) {
       if (errno == EINTR)
         continue;
       if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_fd(s->fd, POLLOUT) == 0)
         continue;
+      if (ploop_cancel_check() < 0)
+        return -1;
       return ploop_error(PLOOP_ERR_IO, errno, "stream: write: %s", strerror(errno));
     }
     s->bytes += (uint64_t)w;
@@ -230,13 +234,17 @@ int stream_read_full(struct stream_fd *s, void *buf, size_t len, const char *wha
 {
   uint8_t *p = buf;
   while (len) {
+    if (ploop_cancel_check() < 0)
+      return -1;
     ssize_t r = read(s->fd, p, len);
     if (r < 0) {
       if (errno == EINTR)
         continue;
       if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_fd(s->fd, POLLIN) == 0)
         continue;
-      return ploop_error(PLOOP_ERR_IO, errno, "stream: read: %s", strerror(errno));
+      if (ploop_cancel_check() < 0)
+        return -1;
+      return ploop_error(PLOOP_ERR_READ, errno, "stream: read: %s", strerror(errno));
     }
     if (r == 0)
       return ploop_error(PLOOP_ERR_CORRUPT, EPIPE, "stream: truncated in %s", what);

@@ -93,4 +93,5 @@ const struct cli_verb verb_receive = {
                "                      DIR/ca-cert.pem\n"
                "  --json              print {\"bytes_received\",\"clusters\",\"data_bytes\",\n"
                "                      \"seconds\",\"guid\"} on stdout instead of the summary line\n",
+    .interruptible = true,
 };

@@ -175,4 +175,5 @@ const struct cli_verb verb_send = {
         "The stream goes to stdout by default (never to a terminal). A snapshot can\n"
         "be sent while the disk is served read-write (ploop-nbd). One summary line\n"
         "goes to stderr (bytes, clusters, rate, time); a progress bar on a terminal.\n",
+    .interruptible = true,
 };
