@@ -173,7 +173,11 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
     goto fail;
   }
   phase("attach");
-  if (cg_init(&cg, name) < 0 || cg_create(&cg, o->memory, o->swap, o->pids) < 0)
+  if (cg_init(&cg, name) < 0)
+    goto fail;
+  if (!o->res.set)
+    cg_skip_optional(&cg);  /* no CPU or I/O limit: `update` makes them if asked */
+  if (cg_create(&cg, o->memory, o->swap, o->pids) < 0)
     goto fail;
   cg_made = true;
   if (cg_res_apply(&cg, &o->res, st_mnt.st_dev) < 0)

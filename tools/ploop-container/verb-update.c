@@ -125,7 +125,7 @@ static int apply_live(const char *name, const struct update *u, const struct ct_
     struct stat st;
     if (stat(mnt, &st) < 0)
       rc = ct_fail(errno, "stat %s", mnt);
-    else
+    else if ((rc = cg_ensure_optional(&cg)) == 0)
       rc = cg_res_apply(&cg, &u->res, st.st_dev);
   }
   cg_free(&cg);
