@@ -275,12 +275,12 @@ int cg_create(struct ct_cgroup *cg, uint64_t memory, uint64_t swap, uint64_t pid
   char *d[CG_NDIRS];
   dirs(cg, d);
   for (int i = 0; i < CG_NDIRS; i++) {
-    if (!d[i])
+    if (!d[i] || (i >= 4 && cg->skip_optional))
       continue;
     if (cg_mkdir(d[i]) < 0)
       goto fail;
   }
-  if (cg->cpuset && cg_cpuset_inherit(cg->cpuset) < 0)
+  if (cg->cpuset && !cg->skip_optional && cg_cpuset_inherit(cg->cpuset) < 0)
     goto fail;
   if (cg->mode == CG_UNIFIED && (memory || pids || strncmp(cg->unified, "/sys/fs/cgroup/unified/", 23) != 0) &&
       v2_enable_controllers(cg->unified) < 0)
@@ -312,14 +312,7 @@ int cg_attach(const struct ct_cgroup *cg, pid_t pid)
   return 0;
 }
 
-void cg_skip_optional(struct ct_cgroup *cg)
-{
-  char **opt[] = {&cg->cpu, &cg->cpuacct, &cg->cpuset, &cg->blkio};
-  for (int i = 0; i < 4; i++) {
-    free(*opt[i]);
-    *opt[i] = NULL;
-  }
-}
+void cg_skip_optional(struct ct_cgroup *cg) { cg->skip_optional = true; }
 
 static int pids_in(const char *dir, pid_t *out, size_t max, size_t *n);
 
