@@ -11,6 +11,7 @@ pkgs=(
   busybox-static runc bubblewrap iproute2 python3 kmod
   debootstrap
   libseccomp-dev
+  nettle-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

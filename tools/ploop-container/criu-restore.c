@@ -384,6 +384,12 @@ int ct_restore(const char *name, const char *criu_bin, const char *images_dir, b
       _exit(1);
     close(in);
     close(out);
+    /* A caller's sockets (a migration's connection and listener) are not
+     * the monitor's: kept open they would outlive the caller in the
+     * container's monitor and keep the peer's connection up. */
+    for (int fd = 3; fd < 1024; fd++)
+      if (fd != lock && fd != pfd[1])
+        close(fd);
     int rc = restore_monitor(name, criu_bin, dir, &m, lazy_pages, pfd[1]);
     _exit(rc < 0 ? 1 : rc);
   }

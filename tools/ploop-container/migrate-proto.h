@@ -28,6 +28,8 @@ enum mig_type {
   MIG_COMMITTED = 11,/* dst->src: state=running (or error=...) */
   MIG_QUERY = 12,    /* resolve: id= name= */
   MIG_STATUS = 13,   /* dst->src: state=committed|pending|unknown */
+  MIG_CHALLENGE = 14,/* dst->src after HELLO, with --auth: nonce= */
+  MIG_AUTH = 15,     /* src->dst: proof= (HMAC of the token over both nonces) */
 };
 
 const char *mig_type_name(unsigned type);
