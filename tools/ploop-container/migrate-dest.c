@@ -157,6 +157,9 @@ static int on_round(struct dst *d, const char *msg)
     return ct_fail(0, "round %" PRIu64 ": the stream carried %s, announced %s", round, got, guid);
   d->next_round++;
   d->final_seen = final != 0;
+  /* the round's snapshot is the migration's, merged away after COMMIT */
+  if (d->rec.n_snaps < sizeof d->rec.snaps / sizeof d->rec.snaps[0])
+    snprintf(d->rec.snaps[d->rec.n_snaps++], sizeof d->rec.snaps[0], "%s", got);
   cleanup_free char *ack = xasprintf("round=%" PRIu64 "\nguid=%s\nbytes=%" PRIu64 "\nreceive_ms=%.1f\n",
                                      round, got, st.bytes, st.seconds * 1e3);
   return mig_send_text(d->fd, MIG_ROUND_ACK, ack);
@@ -213,7 +216,7 @@ static int on_prepare(struct dst *d, const char *msg)
 
 /* The temporary snapshots go, online through the container's daemon, by a
  * detached process: the receiver answers at once. */
-static void merge_in_background(const char *diskdir)
+static void merge_in_background(const char *name, const char *diskdir, const struct mig_record *rec)
 {
   pid_t pid = fork();
   if (pid != 0) {
@@ -226,17 +229,10 @@ static void merge_in_background(const char *diskdir)
   setsid();
   for (int fd = 3; fd < 1024; fd++)
     close(fd);
-  int cfd = ploop_ctl_connect(diskdir);
-  int rc;
-  if (cfd >= 0) {
-    close(cfd);
-    rc = ploop_ctl_merge(diskdir, NULL, true);
-  } else {
-    rc = ploop_snapshot_merge(diskdir, NULL, true, NULL, NULL);
-  }
+  int rc = mig_merge_back(name, rec);
   if (rc < 0)
     fprintf(stderr, "ploop-container: merge of the migration's snapshots in %s failed: %s\n", diskdir,
-            cfd >= 0 ? ploop_ctl_error() : ploop_get_error());
+            ct_error());
   _exit(rc < 0);
 }
 
@@ -287,7 +283,7 @@ static int on_commit(struct dst *d)
   if (d->lock >= 0)
     close(d->lock);
   d->lock = -1;
-  merge_in_background(d->diskdir);
+  merge_in_background(d->name, d->diskdir, &d->rec);
   return 0;
 }
 
@@ -411,6 +407,13 @@ static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
       goto fail;
     if (t == MIG_COMMIT) {
       rc = 0;
+      /* DONE: the source's copy is gone, no --resolve can ask any more;
+       * the record goes (else it would block migrating the container on).
+       * Without DONE (lost, or the source died) it stays, as it must. */
+      if (mig_recv(fd, &t, &msg, NULL) == 0 && t == MIG_DONE)
+        mig_record_remove(d.name);
+      free(msg);
+      msg = NULL;
       break;
     }
   }

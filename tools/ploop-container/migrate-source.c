@@ -73,7 +73,9 @@ static int send_round(struct src *s, unsigned round, const char *guid, bool fina
   if (mig_send_text(s->fd, MIG_ROUND, msg) < 0)
     return -1;
   mig_test_hook(phase);
-  struct ploop_send_opts so = {.guid = guid, .since = s->since[0] ? s->since : NULL};
+  /* --snapshots: the user's snapshots below arrive as snapshots with their
+   * GUIDs (round 0), so the destination lists the same ones */
+  struct ploop_send_opts so = {.guid = guid, .since = s->since[0] ? s->since : NULL, .snapshots = true};
   struct ploop_stream_stats st = {0};
   if (ploop_send(s->diskdir, &so, s->fd, &st) < 0)
     return ct_fail(0, "round %u: %s", round, ploop_get_error());
@@ -446,6 +448,9 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r)
   if (mig_source_finish(o->name, keep) < 0) {
     fprintf(stderr, "ploop-container: %s moved, but cleaning up here failed: %s\n", o->name,
             ct_error());
+  } else {
+    /* nothing left here to be in doubt about: the destination may forget the migration */
+    mig_send_text(s.fd, MIG_DONE, "");
   }
   if (rc == 1) {
     ct_fail(0, "%s", err);
