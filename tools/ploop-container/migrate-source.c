@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "attach.h"
@@ -159,15 +160,51 @@ static int frozen_round(struct src *s)
    * this snapshot's name, and the disk is whole either way */
   if (mig_record_save(s->o->name, &s->rec, false) < 0)
     return -1;
+  pid_t dumper = -1;
+  int epipe[2] = {-1, -1};
   if (s->use_criu) {
-    /* The processes, while frozen; they stay frozen (leave running) so an
-     * abort only has to thaw them. */
+    /* The processes, while frozen, by a child beside the last disk stream
+     * (the two overlap); they stay frozen (leave running) so an abort only
+     * has to thaw them. */
     snprintf(s->images, sizeof s->images, "/dev/shm/ploop-container-migrate.%s", s->rec.id);
-    if (ct_checkpoint(s->o->name, s->criu_bin, s->images, true, NULL) < 0)
-      return ct_wrap("CRIU dump");
-    ph->checkpoint = lap(&t);
+    if (pipe2(epipe, O_CLOEXEC) < 0)
+      return ct_fail(errno, "pipe");
+    dumper = fork();
+    if (dumper < 0) {
+      close(epipe[0]);
+      close(epipe[1]);
+      return ct_fail(errno, "fork");
+    }
+    if (dumper == 0) {
+      close(epipe[0]);
+      close(s->fd);
+      uint64_t t1 = now_ns();
+      int rc = ct_checkpoint(s->o->name, s->criu_bin, s->images, true, NULL);
+      char msg[1100];
+      int n = rc < 0 ? snprintf(msg, sizeof msg, "E%s", ct_error())
+                     : snprintf(msg, sizeof msg, "%.1f", (double)(now_ns() - t1) / 1e6);
+      if (write(epipe[1], msg, (size_t)n) < 0)
+        _exit(2);
+      _exit(rc < 0);
+    }
+    close(epipe[1]);
   }
-  if (send_round(s, s->r->n_rounds, guid, true) < 0)
+  int rc = send_round(s, s->r->n_rounds, guid, true);
+  if (dumper > 0) {
+    char msg[1100] = "";
+    ssize_t n;
+    while ((n = read(epipe[0], msg, sizeof msg - 1)) < 0 && errno == EINTR) {
+    }
+    close(epipe[0]);
+    msg[n > 0 ? n : 0] = 0;
+    while (waitpid(dumper, NULL, 0) < 0 && errno == EINTR) {
+    }
+    if (rc == 0 && msg[0] != 'E' && msg[0])
+      ph->checkpoint = strtod(msg, NULL);
+    else if (rc == 0)
+      rc = ct_fail(0, "CRIU dump: %s", msg[0] ? msg + 1 : "the dumping process died");
+  }
+  if (rc < 0)
     return -1;
   if (s->use_criu) {
     unsigned files;
