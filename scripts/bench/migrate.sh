@@ -52,9 +52,13 @@ setup() {
 
 # one_run MODE-ARGS...: migrates bench from $from to $to; the --json in $TMP/out.json.
 one_run() {
+  local i
+  for i in $(seq 600); do  # the last destination's merge of the migration's snapshots
+    [[ $("$PLOOP" snapshot-list -H -o uuid "$from/bench/disk" | grep -c .) -eq 1 ]] && break
+    sleep 0.1
+  done
   "$CT" --root "$to" receive --listen "127.0.0.1:$PORT" --once --timeout 60 >"$TMP/recv.out" 2>"$TMP/recv.err" &
   recv_pid=$!
-  local i
   for i in $(seq 100); do grep -q receiving "$TMP/recv.out" 2>/dev/null && break; sleep 0.05; done
   if ! "$CT" --root "$from" migrate bench "127.0.0.1:$PORT" --json --timeout 60 "$@" >"$TMP/out.json" 2>"$TMP/err"; then
     echo "  migrate failed: $(cat "$TMP/err") / $(cat "$TMP/recv.err")"
