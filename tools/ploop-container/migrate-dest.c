@@ -137,7 +137,16 @@ static int claim(struct dst *d)
     return -1;
   snprintf(d->rec.role, sizeof d->rec.role, "dest");
   snprintf(d->rec.phase, sizeof d->rec.phase, "receiving");
-  return mig_record_save(d->name, &d->rec, false);
+  if (mig_record_save(d->name, &d->rec, false) < 0)
+    return -1;
+  /* Made now, not in the frozen window: mount point, command. The config
+   * (what makes it a container others may start) waits for PREPARE. A
+   * failure removes it all with the rest. */
+  if (mkdir(d->mnt, 0755) < 0 && errno != EEXIST)
+    return ct_fail(errno, "mkdir %s", d->mnt);
+  if (d->ra.argc && ct_runargs_save(d->name, &d->ra.o, d->ra.argv) < 0)
+    return -1;
+  return 0;
 }
 
 static int on_round(struct dst *d, const char *msg)
@@ -193,17 +202,11 @@ static int on_prepare(struct dst *d, const char *msg)
   d->criu = criu != 0;
   if (ct_config_save(&d->cfg) < 0)
     return -1;
-  if (mkdir(d->mnt, 0755) < 0 && errno != EEXIST)
-    return ct_fail(errno, "mkdir %s", d->mnt);
-  if (d->ra.argc) {
-    /* a restore mounts the disk itself (its monitor owns the mount) */
-    if (!d->criu) {
-      if (disk_mount(d->diskdir, d->mnt) < 0)
-        return -1;
-      d->mounted = true;
-    }
-    if (ct_runargs_save(d->name, &d->ra.o, d->ra.argv) < 0)
+  /* a restore mounts the disk itself (its monitor owns the mount) */
+  if (d->ra.argc && !d->criu) {
+    if (disk_mount(d->diskdir, d->mnt) < 0)
       return -1;
+    d->mounted = true;
   }
   snprintf(d->rec.phase, sizeof d->rec.phase, "ready");
   if (mig_record_save(d->name, &d->rec, false) < 0)
