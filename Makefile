@@ -94,7 +94,7 @@ $(BUILD)/bin/ploop-nbd: $(call obj,$(NBD_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
 LD_STATIC  := -Wl,-Bstatic
 LD_DYNAMIC := -Wl,-Bdynamic
 CT_STATIC := $(foreach l,aio uuid xxhash z blkid seccomp,$(if $(wildcard /usr/lib/$(shell $(CC) -dumpmachine)/lib$(l).a),-l$(l)))
-CT_LIBS   := $(filter-out -lxml2 $(CT_STATIC),$(LIBS) -lblkid -lz -lseccomp -lgnutls) $(if $(CT_STATIC),$(LD_STATIC) $(CT_STATIC) $(LD_DYNAMIC)) -ldl
+CT_LIBS   := $(filter-out -lxml2 $(CT_STATIC),$(LIBS) -lblkid -lz -lseccomp -lgnutls -lnettle) $(if $(CT_STATIC),$(LD_STATIC) $(CT_STATIC) $(LD_DYNAMIC)) -ldl
 $(BUILD)/bin/ploop-container: $(call obj,$(CT_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  LD      $@")

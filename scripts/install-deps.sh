@@ -13,6 +13,7 @@ pkgs=(
   libseccomp-dev
   clang-14 libclang-rt-14-dev
   libgnutls28-dev gnutls-bin
+  nettle-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -45,6 +45,8 @@ static inline uint64_t min_u64(uint64_t a, uint64_t b)
   return a < b ? a : b;
 }
 void *ploop_aligned_alloc(size_t len); /* zeroed, PLOOP_ALIGN-aligned; sets error on failure */
+/* The same, not zeroed: for buffers filled before use (no page faults up front). */
+void *ploop_aligned_alloc_uninit(size_t len);
 bool ploop_is_zero(const void *buf, size_t len);
 int ploop_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *path);
 int ploop_pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const char *path);
