@@ -93,7 +93,7 @@ bench_size() {
       cp "$TMP/out.json" "$TMP/ph.$name.${#down[@]}.json"
     done
     local phases="" p
-    for p in freeze sync snapshot checkpoint last_round dest_receive prepare dest_attach commit dest_start; do
+    for p in freeze sync snapshot checkpoint last_round send dest_receive prepare dest_attach commit dest_start; do
       local vals
       vals=$(for f in "$TMP"/ph."$name".*.json; do [[ -e $f ]] && jget "$f" "phases_ms.$p"; done | median)
       phases+="$p=$vals "

@@ -92,6 +92,8 @@ static int send_round(struct src *s, unsigned round, const char *guid, bool fina
   char ms[32];
   if (final && mig_kv(ack, "receive_ms", ms, sizeof ms))
     s->r->ph.dest_receive = strtod(ms, NULL);
+  if (final)
+    s->r->ph.send = st.seconds * 1e3;
   s->r->rounds[s->r->n_rounds++] = st.bytes;
   s->r->bytes_sent += st.bytes;
   snprintf(s->since, sizeof s->since, "%s", g);

@@ -34,7 +34,8 @@ struct mig_phases {
   double freeze, sync, snapshot; /* cgroup freezer, syncfs, last snapshot (FIFREEZE) */
   double checkpoint;             /* CRIU dump (0 without) */
   double round;                  /* the last disk stream (and CRIU images), until its ack */
-  double dest_receive;           /* of which the destination's receive */
+  double send;                   /* of which our ploop_send (open, read, write) */
+  double dest_receive;           /* and the destination's receive */
   double prepare, dest_attach;   /* PREPARE..READY; the destination's mount of the disk */
   double commit, dest_start;     /* COMMIT..COMMITTED; the destination's start/restore */
 };
