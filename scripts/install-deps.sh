@@ -11,6 +11,7 @@ pkgs=(
   busybox-static runc bubblewrap iproute2 python3 kmod
   debootstrap
   libseccomp-dev
+  ceph-mon ceph-osd ceph-common librbd-dev librados-dev qemu-block-extra
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -682,8 +682,51 @@ int ploop_disk_dirty_get(struct ploop_disk *disk, uint8_t *bitmap, size_t bytes,
   return 0;
 }
 
+/* A disk in a store without directories (rbd:POOL/NAME): LOC names the
+ * disk, its top is PLOOP_DEFAULT_IMAGE_NAME. */
+static int disk_create_in_store(const char *loc, const struct ploop_delta_create_params *p)
+{
+  char *dir = NULL, *xml = NULL;
+  if (store_for(loc)->resolve(loc, &dir, &xml) < 0)
+    return -1;
+  free(xml);
+  int rc = -1;
+  struct ploop_descriptor *old = NULL;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, PLOOP_DEFAULT_IMAGE_NAME);
+  int lock = ploop_lock_disk(dir, PLOOP_LOCK_WRITER);
+  if (lock < 0)
+    goto out;
+  if ((old = ploop_descriptor_load(dir)) != NULL) {
+    rc = ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: a disk already exists here", dir);
+    goto out;
+  }
+  if (ploop_get_status() != PLOOP_ERR_NOTFOUND)
+    goto out;
+  if (delta_create_file(dir, path, p, false) < 0)
+    goto out;
+  struct ploop_delta *d = delta_open(dir, path, PLOOP_OPEN_RDONLY);
+  struct ploop_descriptor *desc = d ? descriptor_new(dir, d->h.size_sectors, d->h.cluster_sectors) : NULL;
+  delta_close(d, false);
+  if (!desc || descriptor_add_image(desc, PLOOP_TOP_GUID, PLOOP_DEFAULT_IMAGE_NAME, NULL) < 0 ||
+      ploop_descriptor_save(desc) < 0) {
+    ploop_descriptor_free(desc);
+    store_remove(dir, path);
+    goto out;
+  }
+  ploop_descriptor_free(desc);
+  rc = 0;
+out:
+  ploop_descriptor_free(old);
+  ploop_unlock_disk(lock);
+  free(dir);
+  return rc;
+}
+
 int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_params *p)
 {
+  if (!store_is_file(store_for(delta_path)))
+    return disk_create_in_store(delta_path, p);
   char *copy1 = ploop_strdup(delta_path), *copy2 = ploop_strdup(delta_path);
   int rc = -1;
   if (!copy1 || !copy2)

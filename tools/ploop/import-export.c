@@ -50,6 +50,11 @@ static int source_size(const char *src, uint64_t *out)
 
 static bool descriptor_exists(const char *disk)
 {
+  if (!strncmp(disk, "rbd:", 4)) { /* a disk in Ceph: its descriptor object */
+    struct ploop_descriptor *d = ploop_descriptor_load(disk);
+    ploop_descriptor_free(d);
+    return d != NULL;
+  }
   struct stat st;
   if (stat(disk, &st) < 0)
     return false;
@@ -113,11 +118,17 @@ static int run_import(int argc, char **argv)
     if (p.size_bytes < src_bytes)
       return cli_usage_error("-s: %" PRIu64 " bytes is smaller than %s (%" PRIu64 " bytes)",
                              p.size_bytes, src, src_bytes);
-    if (mkdir(disk, 0755) == 0)
+    bool in_ceph = !strncmp(disk, "rbd:", 4);
+    if (in_ceph)
+      ;
+    else if (mkdir(disk, 0755) == 0)
       made_dir = true;
     else if (errno != EEXIST)
       return cli_error(EXIT_IO, "%s: %s", disk, strerror(errno));
-    snprintf(delta, sizeof delta, "%s/%s", disk, PLOOP_DEFAULT_IMAGE_NAME);
+    if (in_ceph) /* the disk's name: its top is NAME.root.hds */
+      snprintf(delta, sizeof delta, "%s", disk);
+    else
+      snprintf(delta, sizeof delta, "%s/%s", disk, PLOOP_DEFAULT_IMAGE_NAME);
     if (ploop_disk_create(delta, &p) < 0) {
       rc = cli_lib_error();
       if (made_dir)
