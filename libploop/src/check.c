@@ -275,7 +275,7 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
     }
     /* The path resolved inside the directory (ploop_descriptor_image_path). */
     struct stat st;
-    if (stat(path, &st) < 0) {
+    if (store_is_file(store_for(d->dir)) && stat(path, &st) < 0) {
       pos += (size_t)snprintf(msg + pos, pos < msglen ? msglen - pos : 0, "%s: missing image file\n", path);
       result = 1;
     } else if (!d->images[i].plain) {

@@ -150,7 +150,7 @@ static void lock_owners(rbd_image_t img, char *out, size_t len)
   }
 }
 
-static int obj_open(struct store_obj *o, const char *name, struct rbd_loc *l, char *image, bool rdwr)
+static int obj_open(struct store_obj *o, const char *name, struct rbd_loc *l, char *image, bool rdwr, bool lock)
 {
   struct rbd_obj *r = calloc(1, sizeof *r);
   if (!r)
@@ -164,7 +164,7 @@ static int obj_open(struct store_obj *o, const char *name, struct rbd_loc *l, ch
     rbd_fail("open image", name, rc);
     goto fail_io;
   }
-  if (rdwr) {
+  if (rdwr && lock) {
     /* EXCLUSIVE mode: the default lock is cooperative (another client's
      * write takes it away); this one refuses other writers until released
      * or broken. */
@@ -202,7 +202,7 @@ static int s_open(struct store_obj *o, const char *dir, const char *path, bool r
   char image[512];
   if (image_of(dir, path, &l, image, sizeof image) < 0)
     return -1;
-  return obj_open(o, path, &l, image, rdwr);
+  return obj_open(o, path, &l, image, rdwr, true);
 }
 
 static int s_create(struct store_obj *o, const char *dir, const char *path)
@@ -224,7 +224,9 @@ static int s_create(struct store_obj *o, const char *dir, const char *path)
     return ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: create: %s", path, strerror(EEXIST));
   if (rc < 0)
     return rbd_fail("create image", path, rc);
-  return obj_open(o, path, &l, image, true);
+  /* Not locked: a delta being created is named by no descriptor yet, and
+   * its creator opens it again (delta_open) to use it, taking the lock. */
+  return obj_open(o, path, &l, image, true, false);
 }
 
 static void s_close(struct store_obj *o)
@@ -341,6 +343,13 @@ static int s_pwrite(struct store_obj *o, const void *buf, size_t len, uint64_t o
 static int s_flush(struct store_obj *o)
 {
   struct rbd_obj *r = o->priv;
+  /* With rbd_cache off a write is durable when it returns; the flush is
+   * for what librbd may still hold. A handle that took no lock (a delta
+   * being created) may have handed the lock to the delta's own open since
+   * its writes returned: nothing of it is pending, and librbd refuses its
+   * flush (EROFS). */
+  if (!r->locked)
+    return 0;
   int rc = rbd_flush(r->img);
   return rc < 0 ? rbd_fail("flush", o->path, rc) : 0;
 }
