@@ -5,6 +5,7 @@
  * its disk lock as RADOS locks on NAME.lock. A delta opened read-write holds
  * librbd's exclusive lock in EXCLUSIVE mode: nobody else writes it until
  * the lock is released or broken (ploop_rbd_lock_break). */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
@@ -15,6 +16,81 @@
 
 #include "internal.h"
 #include "store.h"
+
+/* librados and librbd are loaded on the first use of an rbd: disk: linked
+ * in, their start-up (C++ initializers, dozens of libraries) cost every
+ * ploop process ~0.8 s on a busy host, whether it touched Ceph or not. */
+#define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock)
+#define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes)
+#define DECLARE(f) __typeof__(&f) p_##f;
+static struct {
+  RADOS_FUNCS(DECLARE) RBD_FUNCS(DECLARE)
+} lib;
+#undef DECLARE
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static char lib_error[256];
+
+static void lib_load(void)
+{
+  void *rados = dlopen("librados.so.2", RTLD_NOW | RTLD_GLOBAL);
+  void *rbd = rados ? dlopen("librbd.so.1", RTLD_NOW | RTLD_GLOBAL) : NULL;
+  if (!rados || !rbd) {
+    snprintf(lib_error, sizeof lib_error, "%s", dlerror());
+    return;
+  }
+#define LOAD(h, f)                                                                                           \
+  if (!(lib.p_##f = (__typeof__(&f))dlsym(h, #f)) && !lib_error[0])                                         \
+    snprintf(lib_error, sizeof lib_error, "%s: %s missing", #h, #f);
+#define LOAD_RADOS(f) LOAD(rados, f)
+#define LOAD_RBD(f) LOAD(rbd, f)
+  RADOS_FUNCS(LOAD_RADOS)
+  RBD_FUNCS(LOAD_RBD)
+#undef LOAD
+}
+
+static int lib_ready(void)
+{
+  pthread_once(&lib_once, lib_load);
+  if (lib_error[0])
+    return ploop_error(PLOOP_ERR_PARAM, ENOPKG, "rbd: Ceph's client libraries (librados2, librbd1) not usable: %s",
+                       lib_error);
+  return 0;
+}
+#define rados_create (*lib.p_rados_create)
+#define rados_conf_read_file (*lib.p_rados_conf_read_file)
+#define rados_conf_set (*lib.p_rados_conf_set)
+#define rados_connect (*lib.p_rados_connect)
+#define rados_shutdown (*lib.p_rados_shutdown)
+#define rados_ioctx_create (*lib.p_rados_ioctx_create)
+#define rados_ioctx_destroy (*lib.p_rados_ioctx_destroy)
+#define rados_stat (*lib.p_rados_stat)
+#define rados_read (*lib.p_rados_read)
+#define rados_write_full (*lib.p_rados_write_full)
+#define rados_lock_exclusive (*lib.p_rados_lock_exclusive)
+#define rados_lock_shared (*lib.p_rados_lock_shared)
+#define rados_unlock (*lib.p_rados_unlock)
+#define rados_list_lockers (*lib.p_rados_list_lockers)
+#define rados_break_lock (*lib.p_rados_break_lock)
+#define rbd_open (*lib.p_rbd_open)
+#define rbd_open_read_only (*lib.p_rbd_open_read_only)
+#define rbd_close (*lib.p_rbd_close)
+#define rbd_lock_acquire (*lib.p_rbd_lock_acquire)
+#define rbd_lock_release (*lib.p_rbd_lock_release)
+#define rbd_lock_get_owners (*lib.p_rbd_lock_get_owners)
+#define rbd_lock_get_owners_cleanup (*lib.p_rbd_lock_get_owners_cleanup)
+#define rbd_lock_break (*lib.p_rbd_lock_break)
+#define rbd_get_size (*lib.p_rbd_get_size)
+#define rbd_create4 (*lib.p_rbd_create4)
+#define rbd_image_options_create (*lib.p_rbd_image_options_create)
+#define rbd_image_options_set_uint64 (*lib.p_rbd_image_options_set_uint64)
+#define rbd_image_options_destroy (*lib.p_rbd_image_options_destroy)
+#define rbd_remove (*lib.p_rbd_remove)
+#define rbd_rename (*lib.p_rbd_rename)
+#define rbd_read (*lib.p_rbd_read)
+#define rbd_write (*lib.p_rbd_write)
+#define rbd_resize2 (*lib.p_rbd_resize2)
+#define rbd_flush (*lib.p_rbd_flush)
+#define rbd_write_zeroes (*lib.p_rbd_write_zeroes)
 
 #define RBD_ORDER 20 /* 1 MiB objects: one default ploop cluster per object */
 
@@ -67,6 +143,8 @@ static int rbd_fail(const char *what, const char *name, int rc)
 
 static int connect_pool(const struct rbd_loc *l, rados_t *cluster, rados_ioctx_t *io)
 {
+  if (lib_ready() < 0)
+    return -1;
   pthread_mutex_lock(&conns_lock);
   struct rbd_conn *c = NULL;
   for (unsigned i = 0; i < n_conns; i++)
