@@ -11,6 +11,8 @@ pkgs=(
   busybox-static runc bubblewrap iproute2 python3 kmod
   debootstrap
   libseccomp-dev
+  clang-14 libclang-rt-14-dev
+  libgnutls28-dev gnutls-bin
   ceph-mon ceph-osd ceph-common librbd-dev librados-dev qemu-block-extra
 )
 missing=()

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -158,6 +160,23 @@ static bool fuse_ready(const char *fuse_dir, dev_t parent_dev)
   return stat(file, &st) == 0 && S_ISREG(st.st_mode) && st.st_dev != parent_dev;
 }
 
+/* Waits up to MS for PID to end, woken by its pidfd the moment it does
+ * (a 10-20 ms sleep loop cost a whole step per attach and per detach).
+ * Returns 1 when it ended, 0 on timeout, -1 when pidfds are unavailable or
+ * PID is gone already (the caller then checks as before). */
+static int pid_wait_exit(pid_t pid, unsigned ms)
+{
+  int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (fd < 0)
+    return -1;
+  struct pollfd pfd = {.fd = fd, .events = POLLIN};
+  int r;
+  while ((r = poll(&pfd, 1, (int)ms)) < 0 && errno == EINTR) {
+  }
+  close(fd);
+  return r > 0 ? 1 : r == 0 ? 0 : -1;
+}
+
 /* Stops the daemon: SIGTERM lets it flush and clear the in-use mark. */
 static int daemon_stop(pid_t pid, const char *fuse_dir)
 {
@@ -166,6 +185,9 @@ static int daemon_stop(pid_t pid, const char *fuse_dir)
   if (kill(pid, SIGTERM) < 0 && errno != ESRCH)
     return ploop_set_error(PLOOP_ERR_GENERIC, errno, "stop ploop-nbd (pid %d): %s", (int)pid,
                        strerror(errno));
+  /* pidfd readable: the process has exited (a zombie, if it is our own child). */
+  if (pid_wait_exit(pid, DAEMON_STOP_TIMEOUT_MS) == 1)
+    waitpid(pid, NULL, WNOHANG);
   for (unsigned waited = 0; waited < DAEMON_STOP_TIMEOUT_MS; waited += 20) {
     /* Reap it if it is our own child (attach and umount in one process). */
     waitpid(pid, NULL, WNOHANG);
@@ -240,6 +262,7 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
    * file names the process that stays. */
   int status = 0;
   bool exited = false;
+  pid_wait_exit(child, DAEMON_START_TIMEOUT_MS);  /* the poll below then finds it at once */
   for (unsigned waited = 0; waited <= DAEMON_START_TIMEOUT_MS; waited += 10) {
     pid_t r = waitpid(child, &status, WNOHANG);
     if (r == child || (r < 0 && errno == ECHILD)) {
@@ -427,10 +450,12 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
   int e = errno;
   readonly = flags & MS_RDONLY;
   /* A read-only device cannot replay a journal: mount without it (a
-   * snapshot taken under FIFREEZE has a clean journal anyway). */
+   * snapshot taken under FIFREEZE has a clean journal anyway). XFS also
+   * refuses a second filesystem with the UUID of a mounted one: a snapshot
+   * of a mounted XFS has it, hence nouuid. */
   if (readonly && (e == EROFS || e == EINVAL || e == EACCES)) {
     const char *skip = strncmp(fstype, "ext", 3) == 0 ? "noload"
-                       : strcmp(fstype, "xfs") == 0   ? "norecovery"
+                       : strcmp(fstype, "xfs") == 0   ? "norecovery,nouuid"
                                                       : NULL;
     if (skip) {
       char opts[sizeof(data) + 16];
@@ -612,10 +637,15 @@ int ploop_attach_umount(const char *what)
 
 int ploop_attach_format(const char *disk_dir, const char *fstype)
 {
+  return ploop_attach_format_opts(disk_dir, fstype, NULL);
+}
+
+int ploop_attach_format_opts(const char *disk_dir, const char *fstype, const struct ploop_fs_opts *o)
+{
   struct ploop_attach_info i;
   if (ploop_attach_mount(disk_dir, NULL, &i) < 0)
     return -1;
-  int rc = ploop_fs_make(i.device, fstype);
+  int rc = ploop_fs_make_opts(i.device, fstype, o);
   char msg[1024];
   int status = ploop_get_status(), err = ploop_get_errno();
   snprintf(msg, sizeof(msg), "%s", ploop_get_error());

@@ -21,6 +21,8 @@
 /* Sets the thread's error: status class, errno value, printf message. Returns -1. */
 int ploop_error(int status, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prepends "CONTEXT: " to the current message (keeps status and errno). */
+/* -1 with PLOOP_ERR_CANCELLED set once ploop_cancel() was called, else 0. */
+int ploop_cancel_check(void);
 int ploop_error_wrap(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Shorthand: an OS call failed on PATH. */
 #define ploop_error_os(path, what)                                                                           \

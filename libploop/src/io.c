@@ -97,7 +97,8 @@ static int aio_check_event(struct ploop_aio *a, const struct io_event *ev, bool 
   bool is_write = cb->aio_lio_opcode == IO_CMD_PWRITE;
   if (res < 0) {
     if (report)
-      ploop_error(PLOOP_ERR_IO, (int)-res, "%s: %s at %lld: %s", a->paths[idx], is_write ? "write" : "read",
+      ploop_error(is_write ? PLOOP_ERR_IO : PLOOP_ERR_READ, (int)-res, "%s: %s at %lld: %s", a->paths[idx],
+                  is_write ? "write" : "read",
                   cb->u.c.offset, strerror((int)-res));
     return -1;
   }

@@ -372,7 +372,7 @@ static int s_pread(struct store_obj *o, void *buf, size_t len, uint64_t off)
   if (n) {
     ssize_t got = rbd_read(r->img, off, n, buf);
     if (got < 0)
-      return ploop_error(PLOOP_ERR_IO, (int)-got, "%s: read at %llu: %s", o->path, (unsigned long long)off,
+      return ploop_error(PLOOP_ERR_READ, (int)-got, "%s: read at %llu: %s", o->path, (unsigned long long)off,
                          strerror((int)-got));
     n = (size_t)got;
   }

@@ -275,7 +275,7 @@ static int on_data(struct receiver *r, const struct stream_frame *f)
   } else if (read_payload(r, b, f->payload_bytes) < 0) {
     return -1;
   }
-  if (stream_hash(b, f->length) != f->payload_hash)
+  if (!stream_sum_ok(stream_hash(b, f->length), f->payload_hash))
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: payload checksum mismatch",
                        (unsigned long long)r->frames);
   if (f->length < r->cb)
@@ -344,7 +344,7 @@ static int read_frames(struct receiver *r)
       struct ploop_stream_snapshot shot;
       if (read_payload(r, &shot, sizeof shot) < 0)
         return -1;
-      if (stream_hash(&shot, sizeof shot) != f.payload_hash)
+      if (!stream_sum_ok(stream_hash(&shot, sizeof shot), f.payload_hash))
         return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: payload checksum mismatch", n);
       if (r->n_layers && !r->round_closed)
         return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
@@ -359,7 +359,7 @@ static int read_frames(struct receiver *r)
     case PLOOP_FRAME_ROUND:
       if (r->round_closed)
         return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: empty round", n);
-      if (f.length != r->round_frames || f.arg != XXH3_64bits_digest(r->round))
+      if (f.length != r->round_frames || !stream_sum_ok(f.arg, XXH3_64bits_digest(r->round)))
         return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: frame %llu: round digest mismatch", n);
       XXH3_64bits_reset(r->round);
       r->round_frames = 0;

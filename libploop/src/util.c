@@ -41,7 +41,7 @@ int ploop_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *pa
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      return ploop_error(PLOOP_ERR_IO, errno, "%s: read at %llu: %s", path, (unsigned long long)off,
+      return ploop_error(PLOOP_ERR_READ, errno, "%s: read at %llu: %s", path, (unsigned long long)off,
                          strerror(errno));
     }
     if (n == 0) /* past EOF reads as zeros (a truncated tail after a crash) */

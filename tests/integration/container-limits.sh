@@ -131,6 +131,7 @@ assert_no_leaks l
 ct update l --cpus 0.3 --cpu-weight 50
 ct start l -- /bin/sh -c 'while :; do sleep 1; done'
 wait_running l
+dev=$(mountpoint -d "$CTROOT/l/rootfs")  # this run's loop device (others may hold the last one's)
 if ((v2)); then
   grep -q "^30000 100000" "$(cgdir l)/cpu.max" || fail "saved --cpus not applied at start"
 else

@@ -3,6 +3,7 @@
 #include "cgroup.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <mntent.h>
 #include <signal.h>
@@ -274,12 +275,12 @@ int cg_create(struct ct_cgroup *cg, uint64_t memory, uint64_t swap, uint64_t pid
   char *d[CG_NDIRS];
   dirs(cg, d);
   for (int i = 0; i < CG_NDIRS; i++) {
-    if (!d[i])
+    if (!d[i] || (i >= 4 && cg->skip_optional))
       continue;
     if (cg_mkdir(d[i]) < 0)
       goto fail;
   }
-  if (cg->cpuset && cg_cpuset_inherit(cg->cpuset) < 0)
+  if (cg->cpuset && !cg->skip_optional && cg_cpuset_inherit(cg->cpuset) < 0)
     goto fail;
   if (cg->mode == CG_UNIFIED && (memory || pids || strncmp(cg->unified, "/sys/fs/cgroup/unified/", 23) != 0) &&
       v2_enable_controllers(cg->unified) < 0)
@@ -301,9 +302,48 @@ int cg_attach(const struct ct_cgroup *cg, pid_t pid)
   snprintf(v, sizeof v, "%d", pid ? (int)pid : (int)getpid());
   char *d[CG_NDIRS];
   dirs(cg, d);
-  for (int i = 0; i < CG_NDIRS; i++)
+  for (int i = 0; i < CG_NDIRS; i++) {
+    /* The optional v1 groups exist only when a limit asked for them. */
+    if (d[i] && i >= 4 && access(d[i], F_OK) < 0 && errno == ENOENT)
+      continue;
     if (d[i] && cg_write(d[i], "cgroup.procs", v) < 0)
       return ct_wrap("join cgroup");
+  }
+  return 0;
+}
+
+void cg_skip_optional(struct ct_cgroup *cg) { cg->skip_optional = true; }
+
+static int pids_in(const char *dir, pid_t *out, size_t max, size_t *n);
+
+int cg_ensure_optional(const struct ct_cgroup *cg)
+{
+  if (cg->mode == CG_UNIFIED)
+    return 0;
+  char *d[CG_NDIRS];
+  dirs(cg, d);
+  for (int i = 4; i < CG_NDIRS; i++) {
+    if (!d[i] || access(d[i], F_OK) == 0)
+      continue;
+    if (cg_mkdir(d[i]) < 0 || (d[i] == cg->cpuset && cg_cpuset_inherit(d[i]) < 0))
+      return ct_wrap("cgroup");
+    /* Every task of the container (the pids group has them all) moves in;
+     * what they fork from now on is born there. */
+    static pid_t pids[65536];
+    size_t n = 0;
+    if (pids_in(cg->pids, pids, sizeof pids / sizeof pids[0], &n) < 0)
+      return ct_wrap("cgroup");
+    cleanup_free char *procs = cg_file(d[i], "cgroup.procs");
+    cleanup_close int fd = open(procs, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+      return ct_fail(errno, "open %s", procs);
+    for (size_t k = 0; k < n; k++) {
+      char v[16];
+      int len = snprintf(v, sizeof v, "%d", (int)pids[k]);
+      if (write(fd, v, (size_t)len) < 0 && errno != ESRCH)  /* ESRCH: it exited meanwhile */
+        return ct_fail(errno, "move task %d into %s", (int)pids[k], d[i]);
+    }
+  }
   return 0;
 }
 

@@ -19,6 +19,7 @@ struct ct_cgroup {
   /* v1 only, NULL when the host has not mounted them (a limit that needs
    * one then fails); cpuacct may be the same directory as cpu. */
   char *cpu, *cpuacct, *cpuset, *blkio;
+  bool skip_optional;  /* cg_create leaves the four above out (cg_skip_optional) */
 };
 #define CG_NDIRS 8
 
@@ -30,7 +31,16 @@ void cg_free(struct ct_cgroup *cg);
  * made. MEMORY 0 = no limit; SWAP bytes on top of MEMORY (used only when
  * MEMORY != 0; SWAP_SET false then means "no swap" too). */
 int cg_create(struct ct_cgroup *cg, uint64_t memory, uint64_t swap, uint64_t pids);
-/* Moves PID (0 = the caller) into every hierarchy of the container. */
+/* v1: cg_create leaves the optional hierarchies (cpu, cpuacct, cpuset,
+ * blkio) out; cg_destroy still removes them if `update` made them: a run without CPU or I/O limits saves
+ * their mkdir, join and rmdir (the rmdirs wait for the kernel, ~1-5 ms
+ * each). `update` makes them later with cg_ensure_optional. */
+void cg_skip_optional(struct ct_cgroup *cg);
+/* v1: makes the optional groups a running container lacks and moves all
+ * its tasks into them. No-op in v2 (one tree). */
+int cg_ensure_optional(const struct ct_cgroup *cg);
+/* Moves PID (0 = the caller) into every hierarchy of the container (the
+ * optional v1 ones where they exist). */
 int cg_attach(const struct ct_cgroup *cg, pid_t pid);
 /* True when the container's cgroup exists (it is made by run, removed by its monitor). */
 bool cg_exists(const struct ct_cgroup *cg);

@@ -38,6 +38,7 @@ struct ct_run_opts {
   enum ct_net net;
   bool userns;
   bool detach;
+  bool init;        /* --init: a reaper PID 1 runs the command */
   struct ct_res res;  /* CPU, cpuset and I/O limits */
   struct ct_sec sec;  /* capabilities, seccomp, read-only root */
   struct ct_netcfg netcfg;  /* --net veth: addresses, bridge */

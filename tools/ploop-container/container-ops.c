@@ -1,5 +1,7 @@
 /* freeze/thaw, snapshot and the facts `list` shows. */
+#include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,12 +83,24 @@ int container_info(const char *name, struct container_info *info)
     char *oom = strstr(buf, "oom_kills=");
     if (oom)
       info->oom_kills = strtoull(oom + 10, NULL, 10);
+    char *pid1 = strstr(buf, "oom_pid1=");
+    info->oom_pid1 = pid1 && pid1[9] == '1';
+    char *v = strstr(buf, "oom_victims=");
+    if (v)
+      snprintf(info->oom_victims, sizeof info->oom_victims, "%.*s", (int)strcspn(v + 12, "\n"), v + 12);
   }
   struct ct_state st;
   if (ct_state_load(name, &st) <= 0 || !ct_state_running(&st))
     return 0;
   info->state = "running";
   info->pid = st.init_pid;
+  /* The monitor holds the lock exclusively for the container's whole life. */
+  cleanup_free char *lockpath = ct_path(name, "lock");
+  cleanup_close int lfd = open(lockpath, O_RDONLY | O_CLOEXEC);
+  if (lfd >= 0 && flock(lfd, LOCK_SH | LOCK_NB) == 0) {
+    info->monitor_gone = true;
+    flock(lfd, LOCK_UN);
+  }
   struct ct_cgroup cg;
   if (cg_init(&cg, name) < 0)
     return 0;

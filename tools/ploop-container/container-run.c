@@ -21,6 +21,7 @@
 #include "error.h"
 #include "launch.h"
 #include "monitor.h"
+#include "oom.h"
 #include "runargs.h"
 #include "util.h"
 
@@ -84,10 +85,13 @@ int container_recover(const char *name)
   return 0;
 }
 
-static void save_last_exit(const char *name, int status, uint64_t oom)
+/* What `list` shows of the last run. OOM_INIT: PID 1 itself was the
+ * kernel's victim (not merely SIGKILLed after one of its children was). */
+static void save_last_exit(const char *name, int status, uint64_t oom, bool oom_init, const char *victims)
 {
   cleanup_free char *p = ct_path(name, "last-exit");
-  cleanup_free char *s = xasprintf("status=%d\noom_kills=%" PRIu64 "\n", status, oom);
+  cleanup_free char *s = xasprintf("status=%d\noom_kills=%" PRIu64 "\noom_pid1=%d\noom_victims=%s\n",
+                                   status, oom, oom_init, victims);
   write_file_atomic(p, s, strlen(s), false);
 }
 
@@ -97,19 +101,27 @@ int container_supervise(const char *name, struct ct_cgroup *cg, pid_t pid, int p
   cleanup_free char *diskdir = ct_path(name, "disk");
   cleanup_free char *mnt = ct_path(name, "rootfs");
   ready(ready_fd, "ok");
+  uint64_t started = process_start_time(pid);
   int status = monitor_wait(pid, pty_master);
   phase("run");
   if (pty_master >= 0)
     close(pty_master);
   uint64_t oom = 0;
   cg_oom_kills(cg, &oom);
-  save_last_exit(name, status, oom);
+  /* The counter says how many; the kernel log says who. Without the log
+   * (unreadable), a PID 1 killed by SIGKILL is taken as the victim. */
+  bool oom_init = oom && status == 128 + SIGKILL;
+  char victims[256] = "";
+  if (oom && ct_oom_victims(cg, started, pid, &oom_init, victims, sizeof victims) <= 0)
+    oom_init = status == 128 + SIGKILL;
+  save_last_exit(name, status, oom, oom_init, victims);
   if (oom) {
     char m[32], s[32];
     format_size(o->memory, m, sizeof m);
     format_size(o->swap, s, sizeof s);
     fprintf(stderr, "ploop-container: %s: out of memory: the kernel OOM-killed %" PRIu64
-                    " process(es) (limit %s RAM + %s swap)\n", name, oom, m, s);
+                    " process(es)%s%s%s (limit %s RAM + %s swap)\n", name, oom,
+            victims[0] ? ": " : "", victims, oom_init ? ", PID 1 among them" : "", m, s);
   }
   int rc = status;
   if (cg_destroy(cg) < 0) {
@@ -161,7 +173,11 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
     goto fail;
   }
   phase("attach");
-  if (cg_init(&cg, name) < 0 || cg_create(&cg, o->memory, o->swap, o->pids) < 0)
+  if (cg_init(&cg, name) < 0)
+    goto fail;
+  if (!o->res.set)
+    cg_skip_optional(&cg);  /* no CPU or I/O limit: `update` makes them if asked */
+  if (cg_create(&cg, o->memory, o->swap, o->pids) < 0)
     goto fail;
   cg_made = true;
   if (cg_res_apply(&cg, &o->res, st_mnt.st_dev) < 0)
@@ -170,7 +186,7 @@ int container_run(const char *name, int lockfd, const struct ct_run_opts *o, cha
   struct ct_launch l = {
       .rootfs = mnt, .argv = argv, .hostname = o->hostname[0] ? o->hostname : name,
       .net = o->net, .userns = o->userns, .tty = !o->detach && isatty(0) && isatty(1), .cg = &cg,
-      .sec = o->sec, .netcfg = &o->netcfg, .vol = &o->vol,
+      .sec = o->sec, .netcfg = &o->netcfg, .vol = &o->vol, .init = o->init,
   };
   l.sec.userns = o->userns;
   struct ct_process p;
@@ -207,8 +223,10 @@ fail:
     ready(ready_fd, msg);
   }
   sigprocmask(SIG_SETMASK, &old, NULL);
-  if (exec_failed)
+  if (exec_failed) {
+    save_last_exit(name, 127, 0, false, "");  /* a run, if a short one */
     ct_set_error_code(127);
+  }
   return -1;
 }
 

@@ -56,6 +56,9 @@ struct container_info {
   bool mem_known;     /* the memory controller answered */
   const char *disk;   /* backend: ploop or raw */
   int last_status;    /* -1 when unknown */
+  bool oom_pid1;      /* the last run's PID 1 was the OOM killer's victim */
+  char oom_victims[256]; /* "comm(pid) ..." of the last run's OOM kills */
+  bool monitor_gone;  /* running, but its monitor died (only `stop` ends it) */
 };
 int container_info(const char *name, struct container_info *info);
 

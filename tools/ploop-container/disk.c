@@ -338,3 +338,134 @@ int disk_usage(const char *dir, uint64_t *bytes)
   closedir(d);
   return 0;
 }
+
+/* ---- snapshots and size of a disk at rest ---- */
+
+static int check_id(const char *id)
+{
+  if (!id[0] || strlen(id) >= DISK_SNAPSHOT_ID_MAX || strchr(id, '/') || strchr(id, '.'))
+    return ct_usage("bad snapshot id '%s'", id);
+  return 0;
+}
+
+static uint64_t file_bytes(const char *dir, const char *file)
+{
+  cleanup_free char *p = xasprintf("%s/%s", dir, file);
+  struct stat st;
+  return stat(p, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+static int by_id(const void *a, const void *b)
+{
+  return strcmp(((const struct disk_snapshot_info *)a)->id, ((const struct disk_snapshot_info *)b)->id);
+}
+
+int disk_snapshot_list(const char *dir, struct disk_snapshot_info **out, size_t *n)
+{
+  *out = NULL;
+  *n = 0;
+  if (is_ploop(dir)) {
+    struct ploop_descriptor *d = ploop_descriptor_load(dir);
+    if (!d)
+      return ploop_failed("read the disk descriptor");
+    struct disk_snapshot_info *v = calloc(d->n_snapshots + 1, sizeof *v);
+    if (!v)
+      abort();
+    for (size_t i = 0; i < d->n_snapshots; i++) {
+      const struct ploop_snapshot_desc *s = &d->snapshots[i];
+      if (strcmp(s->guid, d->top_guid) == 0)
+        continue;  /* the live top is not a snapshot */
+      struct disk_snapshot_info *e = &v[(*n)++];
+      snprintf(e->id, sizeof e->id, "%s", s->guid);
+      /* The base's parent is the all-zero GUID. */
+      snprintf(e->parent, sizeof e->parent, "%s", strspn(s->parent, "{}0-") == strlen(s->parent) ? "" : s->parent);
+      const struct ploop_image_desc *im = ploop_descriptor_find_image(d, s->guid);
+      if (im) {
+        snprintf(e->file, sizeof e->file, "%s", im->file);
+        e->bytes = file_bytes(dir, im->file);
+      }
+    }
+    ploop_descriptor_free(d);
+    *out = v;
+    return 0;
+  }
+  DIR *dd = opendir(dir);
+  if (!dd)
+    return ct_fail(errno, "open %s", dir);
+  size_t cap = 0;
+  struct disk_snapshot_info *v = NULL;
+  struct dirent *e;
+  while ((e = readdir(dd))) {
+    size_t len = strlen(e->d_name);
+    if (strncmp(e->d_name, "snap-", 5) != 0 || len < 10 || strcmp(e->d_name + len - 4, ".raw") != 0 ||
+        len - 9 >= DISK_SNAPSHOT_ID_MAX)
+      continue;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 8;
+      v = realloc(v, cap * sizeof *v);
+      if (!v)
+        abort();
+    }
+    struct disk_snapshot_info *s = &v[(*n)++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->id, sizeof s->id, "%.*s", (int)(len - 9), e->d_name + 5);
+    snprintf(s->file, sizeof s->file, "%s", e->d_name);
+    s->bytes = file_bytes(dir, e->d_name);
+  }
+  closedir(dd);
+  if (*n)
+    qsort(v, *n, sizeof *v, by_id);  /* ids are timestamps: oldest first */
+  *out = v;
+  return 0;
+}
+
+int disk_snapshot_delete(const char *dir, const char *id)
+{
+  if (check_id(id) < 0)
+    return -1;
+  if (is_ploop(dir))
+    return ploop_snapshot_delete(dir, id) < 0 ? ploop_failed("delete snapshot") : 0;
+  cleanup_free char *img = xasprintf("%s/snap-%s.raw", dir, id);
+  if (unlink(img) < 0)
+    return errno == ENOENT ? ct_fail(0, "no snapshot '%s'", id) : ct_fail(errno, "remove %s", img);
+  return 0;
+}
+
+int disk_rollback(const char *dir, const char *id)
+{
+  if (check_id(id) < 0)
+    return -1;
+  if (is_ploop(dir))
+    return ploop_snapshot_switch(dir, id) < 0 ? ploop_failed("roll back") : 0;
+  cleanup_free char *snap = xasprintf("%s/snap-%s.raw", dir, id);
+  if (access(snap, F_OK) < 0)
+    return ct_fail(0, "no snapshot '%s'", id);
+  cleanup_free char *img = xasprintf("%s/" IMAGE, dir);
+  cleanup_free char *tmp = xasprintf("%s/" IMAGE ".tmp", dir);
+  unlink(tmp);
+  if (copy_sparse(snap, tmp) < 0)
+    return -1;
+  if (rename(tmp, img) < 0) {
+    int saved = errno;
+    unlink(tmp);
+    return ct_fail(saved, "replace %s", img);
+  }
+  return 0;
+}
+
+int disk_resize(const char *dir, const char *mnt, uint64_t bytes)
+{
+  if (!is_ploop(dir))
+    return ct_fail(0, "resize: only ploop disks can be resized (this one is raw)");
+  if (mnt)
+    return ploop_attach_resize(mnt, bytes) < 0 ? ploop_failed("resize") : 0;
+  /* Attached without a mount: the shrink path runs e2fsck and resize2fs. */
+  struct ploop_attach_opts o = {.fstype = "ext4"};
+  struct ploop_attach_info info;
+  if (ploop_attach_mount(dir, &o, &info) < 0)
+    return ploop_failed("attach ploop disk");
+  int rc = ploop_attach_resize(info.device, bytes) < 0 ? ploop_failed("resize") : 0;
+  if (ploop_attach_umount(info.device) < 0 && rc == 0)
+    rc = ploop_failed("detach ploop disk");
+  return rc;
+}

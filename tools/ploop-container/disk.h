@@ -27,6 +27,25 @@ bool disk_is_mounted(const char *mnt);
  * (FIFREEZE) around it so the snapshot is clean; MNT NULL: the disk is
  * not mounted. Writes the id to ID. */
 int disk_snapshot(const char *dir, const char *mnt, char *id, size_t idlen);
+/* One snapshot of the disk, for snapshot-list. */
+struct disk_snapshot_info {
+  char id[DISK_SNAPSHOT_ID_MAX];
+  char parent[DISK_SNAPSHOT_ID_MAX]; /* "" for the base */
+  char file[256];                    /* relative to the disk directory */
+  uint64_t bytes;                    /* space the file takes on the host */
+};
+/* Every snapshot, oldest first for raw, descriptor order for ploop: *OUT is
+ * malloc'd (NULL when none), *N its length. */
+int disk_snapshot_list(const char *dir, struct disk_snapshot_info **out, size_t *n);
+/* Removes snapshot ID of a disk that is not attached (ploop: a leaf goes,
+ * a snapshot with one child is merged into it). */
+int disk_snapshot_delete(const char *dir, const char *id);
+/* Makes snapshot ID the disk's content again (the current top is dropped);
+ * the disk must not be attached. */
+int disk_rollback(const char *dir, const char *id);
+/* New size of the disk and its ext4. MNT: where it is mounted (grow only,
+ * live), or NULL: the disk is not attached (grow or shrink). */
+int disk_resize(const char *dir, const char *mnt, uint64_t bytes);
 /* Bytes the disk's files take on the host. */
 int disk_usage(const char *dir, uint64_t *bytes);
 

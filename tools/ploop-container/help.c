@@ -24,6 +24,8 @@ static const char run_help[] =
     "  --cap-add CAP --cap-drop CAP   change the default capability set (NET_ADMIN, ALL...)\n"
     "  --seccomp default|unconfined   the default filter denies keyrings, bpf, kexec, mount...\n"
     "  --read-only            root filesystem read-only (tmpfs on /tmp)\n"
+    "  --init                 a tiny PID 1 runs CMD as its child: it reaps orphans and\n"
+    "                         forwards signals (stop works for commands without handlers)\n"
     "Limits saved by `update` apply unless a flag is given.\n";
 
 static const struct {
@@ -37,19 +39,33 @@ static const struct {
              "capabilities and seccomp filter as its PID 1); returns CMD's status.\n"},
     {"stop", "usage: stop NAME [--timeout SECONDS]\n"
              "SIGTERM to PID 1, then (after 10 s by default) SIGKILL to all its processes.\n"},
-    {"list", "usage: list\nOne line per container: state, PID 1, memory, disk, last exit.\n"},
+    {"list", "usage: list [--json]\nOne line (--json: object) per container: state, PID 1, memory, disk,\n"
+             "last exit. \"running, monitor gone\": its monitor died; only `stop` ends it.\n"
+             "\"OOM-killed\" when the last run's PID 1 was the OOM killer's victim; other\n"
+             "OOM kills are counted and named (from the kernel log).\n"},
+    {"logs", "usage: logs NAME [--follow]\nPrints ROOT/NAME/console.log: the output of `start` (and restore), each\n"
+             "run headed by a line with its start time (UTC) and command. --follow goes on\n"
+             "while the container runs.\n"},
+    {"snapshot-list", "usage: snapshot-list NAME [--json]\nThe disk's snapshots: id, parent, space taken, file.\n"},
+    {"snapshot-delete", "usage: snapshot-delete NAME ID\nRemoves a snapshot (one with a child is merged into it); the\n"
+                        "container must be stopped and its disk not mounted.\n"},
+    {"rollback", "usage: rollback NAME ID\nMakes the disk of the stopped container NAME what it was at snapshot ID\n"
+                 "(changes made since are dropped; the snapshot stays).\n"},
+    {"resize", "usage: resize NAME SIZE [--json]\nNew size of the disk and its ext4 (e.g. 4G), saved in the config.\n"
+               "Running or mounted: grow only, live. Stopped: grow or shrink.\n"},
     {"freeze", "usage: freeze NAME\nStops every process of NAME (cgroup freezer).\n"},
     {"thaw", "usage: thaw NAME\nResumes a frozen container.\n"},
-    {"snapshot", "usage: snapshot NAME\nInstant disk snapshot (consistent: processes and filesystem\n"
+    {"snapshot", "usage: snapshot NAME [--json]\nInstant disk snapshot (consistent: processes and filesystem\n"
                  "frozen around it); prints its id.\n"},
     {"mount", "usage: mount NAME | mount NAME --snapshot ID DIR\n"
               "Keeps NAME's disk mounted between runs, or mounts a snapshot read-only on DIR.\n"},
     {"umount", "usage: umount NAME [DIR]\n"},
     {"destroy", "usage: destroy NAME\nRemoves a stopped container and its disk.\n"},
     {"update", "usage: update NAME [--memory M] [--swap S] [--pids N] [--cpus N.N] [--cpu-weight W]\n"
-               "              [--cpuset LIST] [--io-weight W] [--io-limit read|write RATE]...\n"
+               "              [--cpuset LIST] [--io-weight W] [--io-limit read|write RATE]... [--json]\n"
                "Changes a running container's limits live and saves them in its config\n"
-               "(a stopped one: only the config). RATE 0 or max, --cpus 0 lift a limit.\n"},
+               "(a stopped one: only the config). RATE 0 or max, --cpus 0 lift a limit.\n"
+               "--json prints the memory, swap and pids limits now in force.\n"},
 };
 
 bool ct_wants_help(int argc, char **argv)

@@ -1,6 +1,7 @@
 /* Container launch (see launch.h): parent side writes cgroups and id maps,
  * child side sets up namespaces, rootfs, console and privileges. */
 #include "launch.h"
+#include "init.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -113,6 +114,7 @@ static void child_fail_tag(int sock, char tag)
 }
 
 static void child_fail(int sock) { child_fail_tag(sock, 'E'); }
+static void report_exec_failure(int sock) { child_fail_tag(sock, 'X'); }
 
 /* The parent's "go"; with FD, also the id-mapped rootfs it mounted for us. */
 static int recv_go(int sock, int *fd)
@@ -207,6 +209,8 @@ static void child_main(const struct ct_launch *l, int sock)
   char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                   "HOME=/root", "container=ploop-container", hostv, termv, NULL};
   environ = envp;
+  if (l->init)
+    ct_init_run(l->argv, sock, report_exec_failure);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);

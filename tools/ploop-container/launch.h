@@ -27,6 +27,7 @@ struct ct_launch {
   struct ct_sec sec;       /* capabilities, seccomp, read-only root */
   const struct ct_netcfg *netcfg;  /* with CT_NET_VETH */
   const struct ct_volumes *vol;    /* bind volumes, NULL for none */
+  bool init;               /* --init: a reaper PID 1 runs the command (init.h) */
 };
 
 struct ct_process {

@@ -13,13 +13,18 @@
 static const char usage[] =
     "usage: ploop-container [--root DIR] VERB [ARGS]\n"
     "  create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]\n"
-    "  run NAME [--memory M] [--swap S] [--pids N] [--hostname H] [--net none|host|veth] [--userns] [-- CMD...]\n"
+    "  run NAME [--memory M] [--swap S] [--pids N] [--hostname H] [--net none|host|veth] [--userns]\n"
+    "      [--init] [-- CMD...]\n"
     "  start NAME (same options as run; detached, output in ROOT/NAME/console.log)\n"
     "  exec NAME [--env K=V] [--user UID[:GID]] [--cwd DIR] -- CMD...\n"
     "  stop NAME [--timeout SECONDS]\n"
-    "  list\n"
+    "  list [--json]                       \"running, monitor gone\" when its monitor died\n"
+    "  logs NAME [--follow]                output of detached runs, each headed by its start\n"
     "  freeze NAME | thaw NAME\n"
-    "  snapshot NAME                       prints the snapshot id\n"
+    "  snapshot NAME [--json]              prints the snapshot id\n"
+    "  snapshot-list NAME [--json] | snapshot-delete NAME ID\n"
+    "  rollback NAME ID                    (stopped) the disk goes back to snapshot ID\n"
+    "  resize NAME SIZE [--json]           grow live; grow or shrink when stopped\n"
     "  mount NAME [--snapshot ID DIR]      keep the disk mounted / mount a snapshot read-only\n"
     "  umount NAME [DIR]\n"
     "  destroy NAME\n"
@@ -28,7 +33,7 @@ static const char usage[] =
     "  receive --listen ADDR:PORT [--once]  (receive --help)\n"
     "  checkpoint NAME DIR [--criu PATH] [--leave-running]   processes to CRIU images in DIR\n"
     "  restore NAME DIR [--criu PATH] [--lazy-pages]   run the checkpoint in DIR again (detached)\n"
-    "  update NAME [--memory M] [--swap S] [--pids N] [limits]  live, and saved for later runs\n"
+    "  update NAME [--memory M] [--swap S] [--pids N] [limits] [--json]  live, and saved\n"
     "limits (run, start, update): --cpus N.N  --cpu-weight 1-10000  --cpuset LIST\n"
     "  --io-weight 1-10000  --io-limit read|write BPS|Niops (on the container's disk)\n"
 "network (create, run, start): --net veth [--ip A/P] [--gateway A] [--host-ip A/P | --bridge BR]\n"
@@ -49,7 +54,9 @@ static const struct {
     {"mount", verb_mount},   {"umount", verb_mount},  {"destroy", verb_destroy},
     {"migrate", verb_migrate}, {"receive", verb_receive},
     {"checkpoint", verb_criu}, {"restore", verb_criu},
-    {"update", verb_update},
+    {"update", verb_update}, {"logs", verb_logs},
+    {"snapshot-list", verb_snapshot_list}, {"snapshot-delete", verb_snapshot_delete},
+    {"rollback", verb_rollback}, {"resize", verb_resize},
 };
 
 int main(int argc, char **argv)

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -43,6 +44,9 @@ int mkdir_p(const char *path, mode_t mode);
 int parse_size_arg(const char *what, const char *s, uint64_t *out);
 /* Human form for tables: "12.3M". */
 void format_size(uint64_t bytes, char *buf, size_t len);
+
+/* S as a JSON string, quotes included (for the verbs' --json output). */
+void json_string(FILE *f, const char *s);
 
 /* Monotonic time in nanoseconds. */
 uint64_t now_ns(void);

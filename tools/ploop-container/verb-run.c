@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "container.h"
@@ -58,6 +59,7 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
       {"memory", required_argument, NULL, 'm'}, {"swap", required_argument, NULL, 's'},
       {"pids", required_argument, NULL, 'p'},   {"hostname", required_argument, NULL, 'H'},
       {"net", required_argument, NULL, 'n'},    {"userns", no_argument, NULL, 'u'},
+      {"init", no_argument, NULL, 'I'},
       CT_RES_LONGOPTS, CT_SEC_LONGOPTS, CT_NET_LONGOPTS, CT_VOLUME_LONGOPTS,
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
@@ -102,6 +104,9 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
     case 'u':
       o->userns = true;
       break;
+    case 'I':
+      o->init = true;
+      break;
     default: {
       int r = ct_res_opt(c, optarg, argc, argv, &o->res);
       if (r == 0)
@@ -123,6 +128,23 @@ static int parse_opts(int argc, char **argv, struct ct_run_opts *o)
   return ct_net_check(&o->netcfg);
 }
 
+/* Each run's output in console.log begins with one line saying when it
+ * started and what it runs (`logs` shows the file). */
+static void log_header(char **cmd)
+{
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  struct tm tm;
+  gmtime_r(&now.tv_sec, &tm);
+  char when[32];
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  printf("--- ploop-container: run started %s:", when);
+  for (char **a = cmd; *a; a++)
+    printf(" %s", *a);
+  printf(" ---\n");
+  fflush(stdout);
+}
+
 static int start_detached(const char *name, int lock, const struct ct_run_opts *o, char **cmd)
 {
   int pfd[2];
@@ -141,6 +163,7 @@ static int start_detached(const char *name, int lock, const struct ct_run_opts *
       _exit(1);
     close(in);
     close(out);
+    log_header(cmd);
     int rc = container_run(name, lock, o, cmd, pfd[1]);
     _exit(rc < 0 ? 1 : rc);
   }

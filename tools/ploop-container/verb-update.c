@@ -17,7 +17,7 @@
 #include "verbs.h"
 
 struct update {
-  bool mem, swap, pids;
+  bool mem, swap, pids, json;
   uint64_t memory, swap_bytes, pid_max;
   struct ct_res res;
 };
@@ -34,6 +34,7 @@ static int parse(int argc, char **argv, struct update *u)
                                        {"swap", required_argument, NULL, 's'},
                                        {"pids", required_argument, NULL, 'p'},
                                        {"help", no_argument, NULL, 'h'},
+                                       {"json", no_argument, NULL, 'j'},
                                        CT_RES_LONGOPTS,
                                        {NULL, 0, NULL, 0}};
   int c;
@@ -59,6 +60,9 @@ static int parse(int argc, char **argv, struct update *u)
       u->pid_max = (uint64_t)v;
       break;
     }
+    case 'j':
+      u->json = true;
+      break;
     case 'h':
       printf("usage: update NAME [--memory M] [--swap S] [--pids N] " CT_RES_USAGE "\n"
              "Changes a running container's limits live and saves them in its config.\n");
@@ -121,7 +125,7 @@ static int apply_live(const char *name, const struct update *u, const struct ct_
     struct stat st;
     if (stat(mnt, &st) < 0)
       rc = ct_fail(errno, "stat %s", mnt);
-    else
+    else if ((rc = cg_ensure_optional(&cg)) == 0)
       rc = cg_res_apply(&cg, &u->res, st.st_dev);
   }
   cg_free(&cg);
@@ -173,5 +177,18 @@ int verb_update(int argc, char **argv)
     return ct_wrap("update %s", name);
   if (save(name, "config", &u, &o, true) < 0)
     return ct_wrap("update %s", name);
+  if (u.json) {
+    /* What is in force now: the saved values with this update on top. */
+    char v[32];
+    uint64_t pids = 0;
+    if (u.pids)
+      pids = u.pid_max;
+    else if (ct_kv_get(name, running ? "state" : "config", "pids", v, sizeof v) > 0)
+      pids = strtoull(v, NULL, 10);
+    printf("{\"name\": ");
+    json_string(stdout, name);
+    printf(", \"running\": %s, \"memory\": %" PRIu64 ", \"swap\": %" PRIu64 ", \"pids\": %" PRIu64 "}\n",
+           running ? "true" : "false", o.memory, o.swap, pids);
+  }
   return 0;
 }

@@ -16,5 +16,10 @@ int verb_migrate(int argc, char **argv);
 int verb_receive(int argc, char **argv);
 int verb_criu(int argc, char **argv);   /* checkpoint and restore */
 int verb_update(int argc, char **argv);
+int verb_logs(int argc, char **argv);
+int verb_snapshot_list(int argc, char **argv);
+int verb_snapshot_delete(int argc, char **argv);
+int verb_rollback(int argc, char **argv);
+int verb_resize(int argc, char **argv);
 
 #endif
