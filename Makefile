@@ -17,7 +17,7 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wvla
 ALLCFLAGS := -std=gnu11 $(WARN) -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -fPIC -pthread \
 	-Ilibploop/include -Ilibploop/src -Ikmod-free-nbd/client -Itls $(SAN) $(CFLAGS) $(shell pkg-config --cflags libxml-2.0 fuse3 2>/dev/null)
 LDFLAGS ?=
-LIBS    := -laio -lxml2 -lpthread -luuid -lxxhash -lz
+LIBS    := -laio -lxml2 -lpthread -luuid -lxxhash -lz -ldl
 
 LIB_SRC  := $(sort $(wildcard libploop/src/*.c))
 PLOOP_SRC := $(sort $(wildcard tools/ploop/*.c))

@@ -2,7 +2,7 @@
 # A throwaway Ceph cluster on 127.0.0.1 for tests and benchmarks: one mon and
 # N memstore OSDs (default 2), one pool of size min(N,2), everything under DIR.
 #
-#   scripts/ceph-cluster.sh start DIR [--osds N] [--pool NAME] [--osd-bytes B]
+#   scripts/ceph-cluster.sh start DIR [--osds N] [--pool NAME] [--osd-bytes B] [--port P]
 #   scripts/ceph-cluster.sh stop DIR          # daemons by the pids in their pid files
 #   scripts/ceph-cluster.sh kill-osd DIR ID   # SIGKILL one OSD (fault tests)
 #   scripts/ceph-cluster.sh start-osd DIR ID  # bring it back
@@ -68,12 +68,13 @@ start) ;;
 *) die "unknown command '$cmd'" ;;
 esac
 
-osds=2 pool=rbd osd_bytes=$((1 << 30))
+osds=2 pool=rbd osd_bytes=$((1 << 30)) port=
 while (($#)); do
   case $1 in
   --osds) osds=$2; shift 2 ;;
   --pool) pool=$2; shift 2 ;;
   --osd-bytes) osd_bytes=$2; shift 2 ;;
+  --port) port=$2; shift 2 ;;
   *) die "unknown option '$1'" ;;
   esac
 done
@@ -86,7 +87,9 @@ dir=$(cd "$dir" && pwd)
 mkdir -p "$dir/run" "$dir/log" "$dir/mon"
 
 # A port block of 20 in 40000-59999, chosen by the directory's path.
+# --port P: the block P..P+19 instead (a test's own port range).
 base=$((40000 + ($(printf '%s' "$dir" | cksum | cut -d' ' -f1) % 1000) * 20))
+[[ -n $port ]] && base=$port
 size=$((osds < 2 ? osds : 2))
 fsid=$(uuidgen)
 cat >"$dir/ceph.conf" <<EOF

@@ -14,6 +14,7 @@ pkgs=(
   clang-14 libclang-rt-14-dev
   libgnutls28-dev gnutls-bin
   nettle-dev
+  ceph-mon ceph-osd ceph-common librbd-dev librados-dev qemu-block-extra
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -29,6 +29,11 @@ static int fail(int err, const char *fmt, ...) {
 
 /* realpath of the disk directory (a DiskDescriptor.xml path means its dir). */
 static int disk_realdir(const char *dir, char *out) {
+  if (!strncmp(dir, "rbd:", 4)) { /* a disk in Ceph: its name is its identity */
+    if (strlen(dir) >= PATH_MAX) return fail(ENAMETOOLONG, "%s: name too long", dir);
+    memcpy(out, dir, strlen(dir) + 1);
+    return 0;
+  }
   if (!realpath(dir, out)) return fail(errno, "%s: %s", dir, strerror(errno));
   struct stat st;
   if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {

@@ -114,12 +114,19 @@ static void usage(FILE *f) {
 
 /* NAME=DIR or DIR: the realpath of the disk directory and its export name. */
 static void add_disk(const char *arg) {
-  const char *eq = strchr(arg, '=');
+  /* rbd:POOL/NAME[?conf=PATH] is a disk in Ceph (its '=' is no NAME=). */
+  const char *eq = strncmp(arg, "rbd:", 4) ? strchr(arg, '=') : NULL;
   const char *path = eq ? eq + 1 : arg;
   char real[PATH_MAX];
-  if (!realpath(path, real)) die("%s: %s", path, strerror(errno));
+  bool in_ceph = !strncmp(path, "rbd:", 4);
+  if (in_ceph) {
+    if (strlen(path) >= sizeof real) die("%s: name too long", path);
+    snprintf(real, sizeof real, "%s", path);
+  } else if (!realpath(path, real)) {
+    die("%s: %s", path, strerror(errno));
+  }
   struct stat st;
-  if (stat(real, &st) == 0 && S_ISREG(st.st_mode)) {
+  if (!in_ceph && stat(real, &st) == 0 && S_ISREG(st.st_mode)) {
     char *slash = strrchr(real, '/');
     if (slash && slash != real) *slash = 0;
   }
@@ -130,8 +137,10 @@ static void add_disk(const char *arg) {
   } else {
     const char *base = strrchr(real, '/');
     base = base && base[1] ? base + 1 : real;
-    if (strlen(base) >= sizeof name) die("%s: directory name too long for an export name", real);
-    memcpy(name, base, strlen(base) + 1);
+    size_t bl = in_ceph ? strcspn(base, "?") : strlen(base);
+    if (bl >= sizeof name) die("%s: directory name too long for an export name", real);
+    memcpy(name, base, bl);
+    name[bl] = 0;
   }
   if (strchr(name, '@')) die("export name '%s' must not contain '@'", name);
   for (size_t i = 0; i < g_cfg.ndisks; i++) {

@@ -188,8 +188,14 @@ char *ploop_descriptor_image_path(const struct ploop_descriptor *d, const struct
 struct ploop_delta *ploop_descriptor_open_image(const struct ploop_descriptor *d,
                                                 const struct ploop_image_desc *img, unsigned flags);
 
-/* Make a new disk: DIR/root.hds (or the given delta path) + DiskDescriptor.xml. */
+/* Make a new disk: DIR/root.hds (or the given delta path) + DiskDescriptor.xml.
+ * In Ceph: "rbd:POOL/NAME[?conf=PATH]" (Ceph configuration from the URI or
+ * CEPH_CONF) makes the RBD image NAME.root.hds and the RADOS object
+ * NAME.DiskDescriptor.xml; every disk verb accepts such a name. */
 int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_params *p);
+/* Fences whoever holds the RBD disk DIR (librbd blocklists it: its next
+ * write fails) and removes its locks; HOLDER gets its name ("" if none). */
+int ploop_rbd_lock_break(const char *dir, char *holder, size_t holder_len);
 
 /* ---- the disk: a stack of deltas ------------------------------------ */
 

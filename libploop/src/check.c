@@ -64,32 +64,30 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
   bool drop = ((repair && !(flags & PLOOP_CHECK_KEEP_INUSE)) || (flags & PLOOP_CHECK_DROP_INUSE)) &&
               !(flags & PLOOP_CHECK_READONLY);
   /* An interrupted version conversion is undone from its backup first. */
-  if (repair) {
+  bool is_file = store_is_file(store_for(dir ? dir : path));
+  if (repair && is_file) {
     int restored = convert_restore_backup(dir, path);
     if (restored < 0)
       return -1;
     if (restored)
       r->repaired = true;
   }
-  int fd = ploop_open_file(dir, path, (repair || drop ? O_RDWR : O_RDONLY) | O_DIRECT, 0);
-  if (fd < 0)
+  struct store_obj so;
+  if (store_open(&so, dir, path, repair || drop) < 0)
     return -1;
   int rc = -1;
   uint8_t *bat = NULL;
   uint64_t *seen = NULL;
-  struct stat st;
-  if (fstat(fd, &st) < 0) {
-    ploop_error_os(path, "stat");
+  uint64_t file_size;
+  if (store_size(&so, &file_size) < 0)
     goto out;
-  }
-  uint64_t file_size = (uint64_t)st.st_size;
   struct ploop_header_host h;
   if (file_size < PLOOP_HEADER_SIZE) {
     rc = header_problem(r, "file truncated: %llu bytes, shorter than the 64-byte header", file_size);
     goto out;
   }
   bat = ploop_aligned_alloc(PLOOP_ALIGN);
-  if (!bat || ploop_pread_full(fd, bat, PLOOP_ALIGN, 0, path) < 0)
+  if (!bat || store_pread(&so, bat, PLOOP_ALIGN, 0) < 0)
     goto out;
   ploop_header_decode(bat, &h);
   if (check_header(&h, file_size, r)) {
@@ -100,7 +98,7 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
   uint64_t cb = (uint64_t)h.cluster_sectors * 512;
   size_t bat_bytes = round_up(round_up(PLOOP_HEADER_SIZE + 4ull * h.bat_entries, 512), PLOOP_ALIGN);
   bat = ploop_aligned_alloc(bat_bytes);
-  if (!bat || ploop_pread_full(fd, bat, bat_bytes, 0, path) < 0)
+  if (!bat || store_pread(&so, bat, bat_bytes, 0) < 0)
     goto out;
   uint32_t *e = (uint32_t *)bat + PLOOP_BAT_FIRST_SLOT;
   uint64_t file_clusters = div_round_up(file_size, cb);
@@ -142,11 +140,12 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
     seen[c / 64] |= 1ull << (c % 64);
   }
   /* An unreferenced cluster whose blocks were punched out (a discard) costs
-   * no space: only one still holding data is lost space. */
-  for (uint64_t c = first; c < file_size / cb; c++) {
+   * no space: only one still holding data is lost space. (A store
+   * without an fd cannot say cheaply: not counted there.) */
+  for (uint64_t c = first; so.fd >= 0 && c < file_size / cb; c++) {
     if (seen[c / 64] & (1ull << (c % 64)))
       continue;
-    off_t data = lseek(fd, (off_t)(c * cb), SEEK_DATA);
+    off_t data = lseek(so.fd, (off_t)(c * cb), SEEK_DATA);
     if (data >= 0 && (uint64_t)data < (c + 1) * cb)
       r->clusters_lost++;
     else if (data < 0 && errno != ENXIO)
@@ -184,17 +183,11 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
   /* Repair: the BAT first (data already on disk), then the size, then
    * the header last, so the image opens only once everything is fixed. */
   if (bat_changed) {
-    if (ploop_pwrite_full(fd, bat, bat_bytes, 0, path) < 0)
+    if (store_pwrite(&so, bat, bat_bytes, 0) < 0 || store_flush(&so) < 0)
       goto out;
-    if (fdatasync(fd) < 0) {
-      ploop_error_os(path, "fdatasync");
-      goto out;
-    }
   }
-  if (r->file_size_unaligned && ftruncate(fd, (off_t)round_up(file_size, cb)) < 0) {
-    ploop_error_os(path, "truncate");
+  if (r->file_size_unaligned && store_truncate(&so, round_up(file_size, cb)) < 0)
     goto out;
-  }
   if (drop && r->in_use) {
     h.in_use = PLOOP_CLEAN_V20;
     h.ext_offset = 0;
@@ -203,18 +196,14 @@ int delta_check(const char *dir, const char *path, unsigned flags, struct ploop_
   if (repair)
     h.flags &= ~PLOOP_CIF_FMT_CONVERT;
   ploop_header_encode(&h, bat);
-  if (ploop_pwrite_full(fd, bat, PLOOP_ALIGN, 0, path) < 0)
+  if (store_pwrite(&so, bat, PLOOP_ALIGN, 0) < 0 || store_flush(&so) < 0)
     goto out;
-  if (fdatasync(fd) < 0) {
-    ploop_error_os(path, "fdatasync");
-    goto out;
-  }
   r->repaired = content || r->in_use_dropped;
   rc = r->in_use && !r->in_use_dropped ? 1 : 0;
 out:
   free(seen);
   free(bat);
-  close(fd);
+  store_close(&so);
   return rc;
 }
 
@@ -304,7 +293,7 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
     }
     /* The path resolved inside the directory (ploop_descriptor_image_path). */
     struct stat st;
-    if (stat(path, &st) < 0) {
+    if (store_is_file(store_for(d->dir)) && stat(path, &st) < 0) {
       pos += (size_t)snprintf(msg + pos, pos < msglen ? msglen - pos : 0, "%s: missing image file\n", path);
       result = 1;
     } else if (!d->images[i].plain) {
@@ -320,7 +309,8 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
       for (char *l = strtok(lines, "\n"); l && pos < msglen; l = strtok(NULL, "\n"))
         pos += (size_t)snprintf(msg + pos, msglen - pos, "%s: %s\n", path, l);
       bool content = r.clusters_misaligned || r.clusters_in_bat_area || r.clusters_beyond_eof ||
-                     r.clusters_beyond_size || r.clusters_duplicate || r.file_size_unaligned || r.header_problem[0];
+                     r.clusters_beyond_size || r.clusters_duplicate || r.file_size_unaligned ||
+                     r.header_problem[0];
       bool only_mark = rc == 1 && !r.header_bad && r.in_use && !r.in_use_dropped && (r.repaired || !content);
       if (rc == 1 && !only_mark)
         result = 1;

@@ -146,8 +146,7 @@ static int convert_delta_version(const char *dir, const char *path, int version)
   }
   d->h.version = version;
   ploop_header_encode(&d->h, d->bat_raw);
-  if (ploop_pwrite_full(d->fd, d->bat_raw, d->bat_bytes, 0, path) < 0 ||
-      (fdatasync(d->fd) < 0 && ploop_error_os(path, "fdatasync") < 0))
+  if (store_pwrite(&d->so, d->bat_raw, d->bat_bytes, 0) < 0 || store_flush(&d->so) < 0)
     goto out;
   ploop_fault_point("convert-bat-rewritten");
   d->h.flags &= ~PLOOP_CIF_FMT_CONVERT;

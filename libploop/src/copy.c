@@ -30,12 +30,11 @@ static unsigned batch_clusters(uint64_t cb)
  * into fallocated, unwritten extents costs a conversion per write). */
 static int reserve_clusters(struct ploop_delta *d, uint64_t off, uint64_t count)
 {
-  struct stat sb;
-  uint64_t end = off + count * d->cluster_bytes;
-  if (fstat(d->fd, &sb) < 0)
-    return ploop_error_os(d->path, "stat");
-  if ((uint64_t)sb.st_size < end && ftruncate(d->fd, (off_t)end) < 0)
-    return ploop_error_os(d->path, "extend");
+  uint64_t size, end = off + count * d->cluster_bytes;
+  if (store_size(&d->so, &size) < 0)
+    return -1;
+  if (size < end && store_truncate(&d->so, end) < 0)
+    return ploop_error_wrap("extend");
   return 0;
 }
 
@@ -100,7 +99,7 @@ int export_raw(const char *dir_or_xml, const char *snapshot_guid, const char *ds
       owner[i] = depth != 0;
       if (depth) {
         struct ploop_delta *d = disk->deltas[depth - 1];
-        aio_queue(&aio, d->fd, d->path, rbuf + (size_t)i * cb, cb, off, 0);
+        aio_queue_obj(&aio, &d->so, rbuf + (size_t)i * cb, cb, off, 0);
       }
     }
     for (unsigned i = 0; i < pending_n; i++)
@@ -228,13 +227,13 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
       depth[i] = (unsigned char)disk_find(disk, 0, vc, &off);
       if (depth[i]) {
         struct ploop_delta *d = disk->deltas[depth[i] - 1];
-        aio_queue(&aio, d->fd, d->path, dbh + (size_t)i * cb, cb, off, 0);
+        aio_queue_obj(&aio, &d->so, dbh + (size_t)i * cb, cb, off, 0);
       }
     }
     for (unsigned i = 0; i < pending_n; i++)
       if (wmask[i]) {
         uint64_t off = alloc_off[i] ? alloc_off[i] : DELTA_OFF(delta_lookup(top, pending_first + i));
-        aio_queue(&aio, top->fd, top->path, wb + (size_t)i * cb, cb, off, 1);
+        aio_queue_obj(&aio, &top->so, wb + (size_t)i * cb, cb, off, 1);
       }
     int arc = aio_run(&aio);
     for (unsigned i = pending_n; i-- > 0;)
@@ -362,10 +361,11 @@ static bool merge_next_read(struct merge_state *ms, unsigned s)
 {
   for (; ms->next_vc < ms->nclusters; ms->next_vc++) {
     uint64_t off = delta_lookup(ms->x, ms->next_vc);
-    if (!off || (ms->holes_only && (ms->next_vc >= delta_clusters(ms->p) || delta_lookup(ms->p, ms->next_vc))))
+    if (!off ||
+        (ms->holes_only && (ms->next_vc >= delta_clusters(ms->p) || delta_lookup(ms->p, ms->next_vc))))
       continue;
     ms->slot[s].vc = ms->next_vc++;
-    aio_start(&ms->aio, s, ms->x->fd, ms->x->path, ms->buf + (size_t)s * ms->cb, ms->cb, DELTA_OFF(off), 0);
+    aio_start_obj(&ms->aio, s, &ms->x->so, ms->buf + (size_t)s * ms->cb, ms->cb, DELTA_OFF(off), 0);
     return true;
   }
   return false;
@@ -410,7 +410,8 @@ static int merge_place(struct merge_state *ms, unsigned s)
       return -1;
     }
   }
-  int rc = ploop_pwrite_full(ms->wfd, b, ms->cb, DELTA_OFF(off), p->path);
+  int rc = ms->wfd >= 0 ? ploop_pwrite_full(ms->wfd, b, ms->cb, DELTA_OFF(off), p->path)
+                        : store_pwrite(&p->so, b, ms->cb, DELTA_OFF(off));
   if (rc == 0)
     wb_kicker_wrote(&ms->wb, ms->cb);
   /* A new entry is published in memory only: it reaches the disk after the
@@ -438,15 +439,15 @@ static int merge_seal(struct ploop_delta *p)
   if (delta_seal_begin(p) < 0)
     return -1;
   ploop_fault_point("merge-sealed");
-  if (fdatasync(p->fd) < 0)
-    return ploop_error_os(p->path, "fdatasync");
+  if (store_flush(&p->so) < 0)
+    return -1;
   ploop_fault_point("flush-bat-written");
   p->rdwr = false; /* nothing more goes to P: its close writes nothing */
   return 0;
 }
 
-static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, bool holes_only, bool seal,
-                      ploop_progress_fn progress, void *opaque, uint64_t done_base, uint64_t total)
+static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_zero, bool holes_only,
+                      bool seal, ploop_progress_fn progress, void *opaque, uint64_t done_base, uint64_t total)
 {
   struct merge_state ms = {
       .x = x, .p = p, .skip_zero = skip_zero, .holes_only = holes_only, .cb = x->cluster_bytes, .wfd = -1};
@@ -466,18 +467,19 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
    * descriptor keeps the header and BAT, and its fdatasync (delta_flush,
    * merge_seal) covers these pages too (one inode). */
   int rc = 0;
-  ms.wfd = ploop_open_file(p->dir, p->path, O_WRONLY, 0);
-  if (ms.wfd < 0)
-    rc = ploop_error_wrap("open for writing");
-  else
-    wb_kicker_start(&ms.wb, ms.wfd, true);
+  if (store_is_file(p->so.ops)) {
+    ms.wfd = ploop_open_file(p->dir, p->path, O_WRONLY, 0);
+    if (ms.wfd < 0)
+      rc = ploop_error_wrap("open for writing");
+    else
+      wb_kicker_start(&ms.wb, ms.wfd, true);
+  }
   uint64_t size0 = 0;
   if (!p->raw) {
-    struct stat sb;
-    if (fstat(p->fd, &sb) < 0)
-      rc = ploop_error_os(p->path, "stat");
+    if (store_size(&p->so, &size0) < 0)
+      rc = -1;
     else
-      ms.reserved = size0 = (uint64_t)sb.st_size;
+      ms.reserved = size0;
     for (uint64_t vc = 0; vc < ms.nclusters; vc++)
       ms.fresh_left += delta_lookup(x, vc) && !delta_lookup(p, vc) && (!holes_only || vc < delta_clusters(p));
   }
@@ -516,8 +518,8 @@ static int merge_copy(struct ploop_delta *x, struct ploop_delta *p, bool skip_ze
   /* Over-reserved tail (zero clusters skipped): give it back. */
   uint64_t used = p->alloc_head * ms.cb;
   if (rc == 0 && !p->raw && ms.reserved > size0 && ms.reserved > used &&
-      ftruncate(p->fd, (off_t)(used > size0 ? used : size0)) < 0)
-    rc = ploop_error_os(p->path, "truncate");
+      store_truncate(&p->so, used > size0 ? used : size0) < 0)
+    rc = -1;
   /* io_destroy waits for an RCU grace period (~40 ms): run it beside the
    * flush. It also waits for requests a failed wait left in flight, before
    * the buffers are freed below. */
@@ -547,14 +549,14 @@ int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zer
   return merge_copy(x, p, skip_zero, false, false, progress, opaque, done_base, total);
 }
 
-int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque,
-                            uint64_t total)
+int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress,
+                            void *opaque, uint64_t total)
 {
   return merge_copy(x, p, false, false, true, progress, opaque, 0, total);
 }
 
-int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress, void *opaque,
-                     uint64_t total)
+int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress,
+                     void *opaque, uint64_t total)
 {
   return merge_copy(src, dst, false, true, true, progress, opaque, 0, total);
 }
@@ -581,7 +583,7 @@ static bool held_next_read(struct held_reader *r, unsigned s)
       continue;
     struct ploop_delta *d = r->disk->deltas[depth - 1];
     r->slot_vc[s] = r->next_vc++;
-    aio_start(&r->aio, s, d->fd, d->path, r->buf + (size_t)s * r->cb, r->cb, off, 0);
+    aio_start_obj(&r->aio, s, &d->so, r->buf + (size_t)s * r->cb, r->cb, off, 0);
     return true;
   }
   return false;

@@ -69,24 +69,24 @@ static int validate_create_params(const char *path, const struct ploop_delta_cre
   return 0;
 }
 
-int delta_create_file(const char *dir, const char *path, const struct ploop_delta_create_params *p, bool in_use)
+int delta_create_file(const char *dir, const char *path, const struct ploop_delta_create_params *p,
+                      bool in_use)
 {
-  int fd;
-  if (delta_create_file_nosync(dir, path, p, in_use, &fd) < 0)
+  struct store_obj so;
+  if (delta_create_file_nosync(dir, path, p, in_use, &so) < 0)
     return -1;
-  if (fdatasync(fd) < 0) {
-    ploop_error_os(path, "fdatasync");
-    close(fd);
-    ploop_unlink_file(dir, path);
+  if (store_flush(&so) < 0) {
+    store_close(&so);
+    store_remove(dir, path);
     return -1;
   }
-  close(fd);
+  store_close(&so);
   ploop_fault_point("delta-created");
   return 0;
 }
 
 int delta_create_file_nosync(const char *dir, const char *path, const struct ploop_delta_create_params *p,
-                             bool in_use, int *fd_out)
+                             bool in_use, struct store_obj *so)
 {
   uint32_t cs = 0;
   uint64_t sectors = 0;
@@ -106,12 +106,8 @@ int delta_create_file_nosync(const char *dir, const char *path, const struct plo
   uint64_t bat_area = round_up(PLOOP_HEADER_SIZE + 4ull * h.bat_entries, cluster);
   h.first_block = (uint32_t)(bat_area / 512);
 
-  int fd = ploop_open_file(dir, path, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) {
-    if (ploop_get_errno() == EEXIST)
-      ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: create: %s", path, strerror(EEXIST));
+  if (store_create(so, dir, path) < 0)
     return -1;
-  }
   /* Cluster 0 (the header and the first BAT slots) is written whole; the
    * rest of the BAT area is only allocated, reading as zeros (empty slots),
    * so creating a delta costs the same for any size: that is what keeps a
@@ -119,22 +115,19 @@ int delta_create_file_nosync(const char *dir, const char *path, const struct plo
   uint8_t *buf = ploop_aligned_alloc(cluster);
   if (!buf)
     goto fail;
-  if (ftruncate(fd, (off_t)bat_area) < 0) {
-    ploop_error_os(path, "truncate");
+  if (store_truncate(so, bat_area) < 0)
     goto fail;
-  }
-  if (ploop_reserve_zeroed(fd, path, cluster, bat_area - cluster) < 0)
+  if (store_zero(so, cluster, bat_area - cluster, STORE_ZERO_RESERVE) < 0)
     goto fail;
   ploop_header_encode(&h, buf);
-  if (ploop_pwrite_full(fd, buf, cluster, 0, path) < 0)
+  if (store_pwrite(so, buf, cluster, 0) < 0)
     goto fail;
   free(buf);
-  *fd_out = fd;
   return 0;
 fail:
   free(buf);
-  close(fd);
-  ploop_unlink_file(dir, path);
+  store_close(so);
+  store_remove(dir, path);
   return -1;
 }
 
@@ -142,7 +135,7 @@ int ploop_delta_create(const char *path, const struct ploop_delta_create_params 
 {
   if (delta_create_file(NULL, path, p, false) < 0)
     return -1;
-  return ploop_fsync_parent(path);
+  return store_sync_names(NULL, path);
 }
 
 static int corrupt(const char *path, const char *fmt, unsigned long long a, unsigned long long b)
@@ -196,8 +189,8 @@ static int validate_header(const char *path, const struct ploop_header_host *h, 
   if (file_size < (uint64_t)h->first_block * 512 && file_size < round_up(bat_end, 512))
     return corrupt(path, "file truncated: %llu bytes, the BAT needs %llu", file_size, bat_end);
   if (h->flags & PLOOP_CIF_FMT_CONVERT)
-    return ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: a format conversion was interrupted; run 'ploop check -F -d'",
-                       path);
+    return ploop_error(PLOOP_ERR_BUSY, EBUSY,
+                       "%s: a format conversion was interrupted; run 'ploop check -F -d'", path);
   return 0;
 }
 
@@ -205,8 +198,7 @@ static void delta_free(struct ploop_delta *d)
 {
   if (!d)
     return;
-  if (d->fd >= 0)
-    close(d->fd);
+  store_close(&d->so);
   pthread_mutex_destroy(&d->lock);
   pthread_mutex_destroy(&d->flush_lock);
   pthread_mutex_destroy(&d->fill_lock);
@@ -227,7 +219,7 @@ static struct ploop_delta *delta_alloc(const char *dir, const char *path)
     ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
     return NULL;
   }
-  d->fd = -1;
+  d->so.fd = -1;
   pthread_mutex_init(&d->lock, NULL);
   pthread_mutex_init(&d->flush_lock, NULL);
   pthread_mutex_init(&d->fill_lock, NULL);
@@ -305,15 +297,11 @@ struct ploop_delta *delta_open(const char *dir, const char *path, unsigned flags
   if (!d)
     return NULL;
   d->rdwr = flags & PLOOP_OPEN_RDWR;
-  d->fd = ploop_open_file(dir, path, (d->rdwr ? O_RDWR : O_RDONLY) | O_DIRECT, 0);
-  if (d->fd < 0)
+  if (store_open(&d->so, dir, d->path, d->rdwr) < 0)
     goto fail;
-  struct stat st;
-  if (fstat(d->fd, &st) < 0) {
-    ploop_error_os(path, "stat");
+  uint64_t file_size;
+  if (store_size(&d->so, &file_size) < 0)
     goto fail;
-  }
-  uint64_t file_size = (uint64_t)st.st_size;
   if (file_size < PLOOP_HEADER_SIZE) {
     corrupt(path, "file truncated: %llu bytes, shorter than the 64-byte header", file_size, 0);
     goto fail;
@@ -321,7 +309,7 @@ struct ploop_delta *delta_open(const char *dir, const char *path, unsigned flags
   uint8_t *first = ploop_aligned_alloc(PLOOP_ALIGN);
   if (!first)
     goto fail;
-  if (ploop_pread_full(d->fd, first, PLOOP_ALIGN, 0, path) < 0) {
+  if (store_pread(&d->so, first, PLOOP_ALIGN, 0) < 0) {
     free(first);
     goto fail;
   }
@@ -334,7 +322,7 @@ struct ploop_delta *delta_open(const char *dir, const char *path, unsigned flags
   d->bat_raw = ploop_aligned_alloc(d->bat_bytes);
   if (!d->bat_raw)
     goto fail;
-  if (ploop_pread_full(d->fd, d->bat_raw, d->bat_bytes, 0, path) < 0)
+  if (store_pread(&d->so, d->bat_raw, d->bat_bytes, 0) < 0)
     goto fail;
   if (validate_bat(d, file_size) < 0)
     goto fail;
@@ -350,7 +338,7 @@ struct ploop_delta *delta_open(const char *dir, const char *path, unsigned flags
     ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
     goto fail;
   }
-  if (d->rdwr && delta_extent_scan(d, file_size) < 0)
+  if (d->rdwr && store_is_file(d->so.ops) && delta_extent_scan(d, file_size) < 0)
     goto fail;
   /* A delta this process just created already carries the mark. */
   if (d->rdwr && !(flags & DELTA_OPEN_FRESH) && delta_set_in_use(d, true) < 0)
@@ -370,15 +358,12 @@ struct ploop_delta *delta_open_raw(const char *dir, const char *path, uint32_t c
   d->rdwr = rdwr;
   d->h.cluster_sectors = cluster_sectors;
   d->cluster_bytes = (uint64_t)cluster_sectors * 512;
-  d->fd = ploop_open_file(dir, path, (rdwr ? O_RDWR : O_RDONLY) | O_DIRECT, 0);
-  struct stat st;
-  if (d->fd < 0 || fstat(d->fd, &st) < 0) {
-    if (d->fd >= 0)
-      ploop_error_os(path, "stat");
+  uint64_t size;
+  if (store_open(&d->so, dir, d->path, rdwr) < 0 || store_size(&d->so, &size) < 0) {
     delta_free(d);
     return NULL;
   }
-  d->raw_bytes = round_up((uint64_t)st.st_size, d->cluster_bytes);
+  d->raw_bytes = round_up(size, d->cluster_bytes);
   d->h.size_sectors = d->raw_bytes / 512;
   return d;
 }
@@ -401,12 +386,12 @@ int delta_write_header(struct ploop_delta *d)
     memcpy(copy, d->bat_raw, len);
     pthread_mutex_unlock(&d->lock);
   }
-  if (rc == 0 && fdatasync(d->fd) < 0)
-    rc = ploop_error_os(d->path, "fdatasync");
   if (rc == 0)
-    rc = ploop_pwrite_full(d->fd, copy, len, 0, d->path);
-  if (rc == 0 && fdatasync(d->fd) < 0)
-    rc = ploop_error_os(d->path, "fdatasync");
+    rc = store_flush(&d->so);
+  if (rc == 0)
+    rc = store_pwrite(&d->so, copy, len, 0);
+  if (rc == 0)
+    rc = store_flush(&d->so);
   if (rc == 0 && whole)
     d->bat_unwritten[0] = 0;
   free(copy);
@@ -452,8 +437,8 @@ int delta_seal_begin(struct ploop_delta *d)
   /* BAT entries may point at data written since the last flush: that data
    * is made durable before any page is written (rule 1). When only the
    * header changes, every entry on disk is already backed by durable data. */
-  if (bat_dirty && fdatasync(d->fd) < 0)
-    return ploop_error_os(d->path, "fdatasync");
+  if (bat_dirty && store_flush(&d->so) < 0)
+    return -1;
   int rc = 0;
   pthread_mutex_lock(&d->lock);
   /* A run of adjacent dirty pages goes out as one write. */
@@ -464,8 +449,8 @@ int delta_seal_begin(struct ploop_delta *d)
       j++;
       continue;
     }
-    rc = ploop_pwrite_full(d->fd, d->bat_raw + i * PLOOP_BAT_PAGE, (j - i) * PLOOP_BAT_PAGE,
-                           (uint64_t)i * PLOOP_BAT_PAGE, d->path);
+    rc = store_pwrite(&d->so, d->bat_raw + i * PLOOP_BAT_PAGE, (j - i) * PLOOP_BAT_PAGE,
+                      (uint64_t)i * PLOOP_BAT_PAGE);
     if (rc == 0)
       memset(d->page_dirty + i, 0, j - i);
   }
@@ -537,8 +522,8 @@ void delta_alloc_abandon(struct ploop_delta *d, uint64_t vc, uint64_t off)
   uint64_t c = off / d->cluster_bytes;
   if (off && c + 1 == d->alloc_head) {
     d->alloc_head = c;
-    struct stat st;
-    if (fstat(d->fd, &st) == 0 && (uint64_t)st.st_size > off && ftruncate(d->fd, (off_t)off) < 0) {
+    uint64_t size;
+    if (d->so.ops->size(&d->so, &size, NULL) == 0 && size > off && d->so.ops->truncate(&d->so, off) < 0) {
       /* Keeps the old size: the next allocation reuses the cluster anyway. */
     }
   }
@@ -604,8 +589,8 @@ int delta_flush(struct ploop_delta *d)
   int rc = 0;
   if (d->any_dirty && !copy) /* allocation failed above; nothing was cleared */
     rc = ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
-  if (rc == 0 && fdatasync(d->fd) < 0)
-    rc = ploop_error_os(d->path, "fdatasync");
+  if (rc == 0)
+    rc = store_flush(&d->so);
   if (rc == 0 && n)
     ploop_fault_point("flush-data-synced");
   for (size_t k = 0, m; rc == 0 && k < n && copy; k = m) {
@@ -614,11 +599,11 @@ int delta_flush(struct ploop_delta *d)
      * Adjacent pages sit side by side in the copy: one write per run. */
     for (m = k + 1; m < n && pages[m] == pages[m - 1] + 1; m++)
       ;
-    rc = ploop_pwrite_full(d->fd, copy + k * PLOOP_BAT_PAGE, (m - k) * PLOOP_BAT_PAGE,
-                           (uint64_t)pages[k] * PLOOP_BAT_PAGE, d->path);
+    rc = store_pwrite(&d->so, copy + k * PLOOP_BAT_PAGE, (m - k) * PLOOP_BAT_PAGE,
+                      (uint64_t)pages[k] * PLOOP_BAT_PAGE);
   }
-  if (rc == 0 && n && fdatasync(d->fd) < 0)
-    rc = ploop_error_os(d->path, "fdatasync");
+  if (rc == 0 && n)
+    rc = store_flush(&d->so);
   if (rc == 0 && n)
     ploop_fault_point("flush-bat-written");
   if (rc < 0 && copy) {
@@ -651,8 +636,8 @@ int delta_close(struct ploop_delta *d, bool clean)
     rc = delta_flush(d);
     if (rc == 0 && clean)
       rc = delta_set_in_use(d, false);
-  } else if (d->rdwr && fdatasync(d->fd) < 0) {
-    rc = ploop_error_os(d->path, "fdatasync");
+  } else if (d->rdwr) {
+    rc = store_flush(&d->so);
   }
   delta_free(d);
   return rc;
@@ -686,9 +671,9 @@ const char *ploop_delta_path(const struct ploop_delta *d)
 
 int ploop_delta_get_info(struct ploop_delta *d, struct ploop_delta_info *out)
 {
-  struct stat st;
-  if (fstat(d->fd, &st) < 0)
-    return ploop_error_os(d->path, "stat");
+  uint64_t size, stored;
+  if (d->so.ops->size(&d->so, &size, &stored) < 0)
+    return -1;
   memset(out, 0, sizeof *out);
   out->version = d->raw ? 0 : d->h.version;
   out->cluster_sectors = d->h.cluster_sectors;
@@ -697,8 +682,8 @@ int ploop_delta_get_info(struct ploop_delta *d, struct ploop_delta_info *out)
   out->bat_entries = d->h.bat_entries;
   out->first_block_sectors = d->h.first_block;
   out->allocated_clusters = delta_count_allocated(d);
-  out->file_bytes = (uint64_t)st.st_size;
-  out->disk_bytes = (uint64_t)st.st_blocks * 512;
+  out->file_bytes = size;
+  out->disk_bytes = stored;
   out->in_use = d->h.in_use == PLOOP_IN_USE;
   out->flags = d->h.flags;
   return 0;

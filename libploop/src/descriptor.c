@@ -195,7 +195,7 @@ static int check_file_name(const char *xml, const char *file)
   return 0;
 }
 
-static int resolve_paths(const char *dir_or_xml, char **dir_out, char **xml_out)
+int descriptor_resolve_file(const char *dir_or_xml, char **dir_out, char **xml_out)
 {
   struct stat st;
   char buf[PATH_MAX];
@@ -305,7 +305,8 @@ static int parse_doc(struct ploop_descriptor *d, xmlDoc *doc, const char *xml)
 struct ploop_descriptor *ploop_descriptor_load(const char *dir_or_xml)
 {
   char *dir = NULL, *xml = NULL;
-  if (resolve_paths(dir_or_xml, &dir, &xml) < 0)
+  const struct store_ops *store = store_for(dir_or_xml);
+  if (store->resolve(dir_or_xml, &dir, &xml) < 0)
     return NULL;
   struct ploop_descriptor *d = descriptor_new(dir, 0, 0);
   free(dir);
@@ -317,6 +318,20 @@ struct ploop_descriptor *ploop_descriptor_load(const char *dir_or_xml)
   struct stat xst;
   xmlDoc *doc = NULL;
   int rc;
+  if (!store_is_file(store)) {
+    char *text = NULL;
+    size_t len = 0;
+    rc = store->desc_read(d->dir, &text, &len);
+    if (rc == 0) {
+      doc =
+          xmlReadMemory(text, (int)len, xml, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+      rc = doc ? parse_doc(d, doc, xml)
+               : ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: not well-formed XML", xml);
+      xmlFreeDoc(doc);
+    }
+    free(text);
+    goto parsed;
+  }
   /* A FIFO there would block the read forever. */
   if (stat(xml, &xst) == 0 && !S_ISREG(xst.st_mode)) {
     rc = ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: not a regular file", xml);
@@ -377,7 +392,8 @@ int ploop_descriptor_validate(const struct ploop_descriptor *d)
     char *path = ploop_descriptor_image_path(d, &d->images[i]);
     if (!path)
       return -1;
-    int ok = access(path, F_OK);
+    /* (A store without files finds a missing image at its open.) */
+    int ok = store_is_file(store_for(d->dir)) ? access(path, F_OK) : 0;
     if (ok < 0)
       ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: image file of %s is missing", path, d->images[i].guid);
     free(path);
@@ -476,7 +492,7 @@ char *ploop_descriptor_image_path(const struct ploop_descriptor *d, const struct
     return NULL;
   }
   /* Refused early for every caller; the opens resolve beneath again. */
-  if (ploop_check_file_beneath(d->dir, p) < 0) {
+  if (store_is_file(store_for(d->dir)) && ploop_check_file_beneath(d->dir, p) < 0) {
     free(p);
     return NULL;
   }
@@ -495,9 +511,9 @@ static void add_u64(xmlNode *parent, const char *name, uint64_t v)
   add_text(parent, name, buf);
 }
 
-int descriptor_write_tmp(const struct ploop_descriptor *d, int *tmp_fd)
+/* The descriptor as XML text (xmlFree it). */
+static int descriptor_serialize(const struct ploop_descriptor *d, xmlChar **mem_out, int *len_out)
 {
-  *tmp_fd = -1;
   xmlDoc *doc = xmlNewDoc((const xmlChar *)"1.0");
   xmlNode *root = xmlNewNode(NULL, (const xmlChar *)"Parallels_disk_image");
   xmlNewProp(root, (const xmlChar *)"Version", (const xmlChar *)"1.0");
@@ -545,6 +561,23 @@ int descriptor_write_tmp(const struct ploop_descriptor *d, int *tmp_fd)
   xmlFreeDoc(doc);
   if (!mem)
     return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+  *mem_out = mem;
+  *len_out = len;
+  return 0;
+}
+
+int descriptor_write_tmp(const struct ploop_descriptor *d, int *tmp_fd)
+{
+  *tmp_fd = -1;
+  /* A store that replaces the descriptor itself does it all at commit. */
+  if (!store_is_file(store_for(d->dir))) {
+    *tmp_fd = DESCRIPTOR_TMP_STORE;
+    return 0;
+  }
+  xmlChar *mem = NULL;
+  int len = 0;
+  if (descriptor_serialize(d, &mem, &len) < 0)
+    return -1;
   char tmp[4096];
   int rc = -1;
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", d->dir, PLOOP_DESCRIPTOR_NAME);
@@ -574,6 +607,17 @@ out:
 
 int descriptor_commit_tmp(const struct ploop_descriptor *d, int tmp_fd, bool synced)
 {
+  if (tmp_fd == DESCRIPTOR_TMP_STORE) {
+    xmlChar *mem = NULL;
+    int len = 0;
+    if (descriptor_serialize(d, &mem, &len) < 0)
+      return -1;
+    int rc = store_for(d->dir)->desc_replace(d->dir, (const char *)mem, (size_t)len);
+    xmlFree(mem);
+    if (rc == 0)
+      ploop_fault_point("descriptor-committed");
+    return rc;
+  }
   char tmp[4096], path[4096];
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", d->dir, PLOOP_DESCRIPTOR_NAME);
   snprintf(path, sizeof path, "%s/%s", d->dir, PLOOP_DESCRIPTOR_NAME);
@@ -596,6 +640,8 @@ int descriptor_commit_tmp(const struct ploop_descriptor *d, int tmp_fd, bool syn
 
 void descriptor_abort_tmp(const struct ploop_descriptor *d, int tmp_fd)
 {
+  if (tmp_fd == DESCRIPTOR_TMP_STORE)
+    return;
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s/%s.tmp", d->dir, PLOOP_DESCRIPTOR_NAME);
   close(tmp_fd);

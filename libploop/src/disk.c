@@ -34,7 +34,7 @@ int disk_read_cluster_range(struct ploop_disk *disk, unsigned from, uint64_t vc,
     return 0;
   }
   struct ploop_delta *d = disk->deltas[depth - 1];
-  return ploop_pread_full(d->fd, buf, len, off + coff, d->path);
+  return store_pread(&d->so, buf, len, off + coff);
 }
 
 struct ploop_delta *delta_open_image(const struct ploop_descriptor *desc, const struct ploop_image_desc *im,
@@ -43,9 +43,9 @@ struct ploop_delta *delta_open_image(const struct ploop_descriptor *desc, const 
   char *path = ploop_descriptor_image_path(desc, im);
   if (!path)
     return NULL;
-  struct ploop_delta *d = im->plain
-                              ? delta_open_raw(desc->dir, path, desc->cluster_sectors, flags & PLOOP_OPEN_RDWR)
-                              : delta_open(desc->dir, path, flags);
+  struct ploop_delta *d =
+      im->plain ? delta_open_raw(desc->dir, path, desc->cluster_sectors, flags & PLOOP_OPEN_RDWR)
+                : delta_open(desc->dir, path, flags);
   free(path);
   return d;
 }
@@ -281,10 +281,10 @@ static int write_in_place(struct ploop_delta *top, uint64_t off, uint64_t coff, 
     int rc = 0;
     if (delta_unwritten_get(top, off)) {
       uint8_t *buf = ploop_aligned_alloc(cb);
-      rc = buf ? ploop_pread_full(top->fd, buf, cb, off, top->path) : -1;
+      rc = buf ? store_pread(&top->so, buf, cb, off) : -1;
       if (rc == 0) {
         memcpy(buf + coff, p, n);
-        rc = ploop_pwrite_full(top->fd, buf, cb, off, top->path);
+        rc = store_pwrite(&top->so, buf, cb, off);
       }
       if (rc == 0)
         delta_unwritten_set(top, off, false);
@@ -294,7 +294,7 @@ static int write_in_place(struct ploop_delta *top, uint64_t off, uint64_t coff, 
     }
     pthread_mutex_unlock(&top->fill_lock);
   }
-  int rc = ploop_pwrite_full(top->fd, p, n, off + coff, top->path);
+  int rc = store_pwrite(&top->so, p, n, off + coff);
   if (rc == 0 && n == cb)
     delta_unwritten_set(top, off, false);
   return rc;
@@ -312,8 +312,7 @@ static int alloc_and_write(struct ploop_disk *disk, uint64_t vc, uint64_t coff, 
   if (r == 1) { /* someone else allocated it meanwhile */
     if (p)
       return write_in_place(top, DELTA_OFF(off), coff, p, n);
-    if (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)(DELTA_OFF(off) + coff),
-                  (off_t)n) < 0)
+    if (store_zero(&top->so, DELTA_OFF(off) + coff, n, STORE_ZERO_KEEP) < 0)
       return ploop_error_os(top->path, "fallocate");
     if (n == cb)
       delta_unwritten_set(top, DELTA_OFF(off), true);
@@ -323,27 +322,27 @@ static int alloc_and_write(struct ploop_disk *disk, uint64_t vc, uint64_t coff, 
   unsigned lower = disk_find(disk, 1, vc, &lower_off);
   int rc = 0;
   if (n == cb && p) {
-    rc = ploop_pwrite_full(top->fd, p, n, off, top->path);
+    rc = store_pwrite(&top->so, p, n, off);
   } else if (lower) {
     uint8_t *buf = ploop_aligned_alloc(cb);
     if (!buf) {
       rc = -1;
     } else {
       struct ploop_delta *ld = disk->deltas[lower - 1];
-      rc = ploop_pread_full(ld->fd, buf, cb, lower_off, ld->path);
+      rc = store_pread(&ld->so, buf, cb, lower_off);
       if (rc == 0) {
         if (p)
           memcpy(buf + coff, p, n);
         else
           memset(buf + coff, 0, n);
-        rc = ploop_pwrite_full(top->fd, buf, cb, off, top->path);
+        rc = store_pwrite(&top->so, buf, cb, off);
       }
       free(buf);
     }
   } else if (!p) {
     /* Nothing below, zeros asked for: the whole cluster allocated as zeros
      * (metadata only on ext4/xfs, not sparse). */
-    if (fallocate(top->fd, 0, (off_t)off, (off_t)cb) < 0)
+    if (store_zero(&top->so, off, cb, STORE_ZERO_ALLOCATE) < 0)
       rc = ploop_error_os(top->path, "fallocate");
     else
       delta_unwritten_set(top, off, true);
@@ -356,7 +355,7 @@ static int alloc_and_write(struct ploop_disk *disk, uint64_t vc, uint64_t coff, 
       rc = -1;
     } else {
       memcpy(buf + coff, p, n);
-      rc = ploop_pwrite_full(top->fd, buf, cb, off, top->path);
+      rc = store_pwrite(&top->so, buf, cb, off);
       free(buf);
     }
   }
@@ -453,7 +452,8 @@ void disk_unlock_exclusive(struct ploop_disk *disk)
   pthread_rwlock_unlock(&disk->rw);
 }
 
-int ploop_disk_map(struct ploop_disk *disk, uint64_t off, size_t len, unsigned flags, struct ploop_mapping *map)
+int ploop_disk_map(struct ploop_disk *disk, uint64_t off, size_t len, unsigned flags,
+                   struct ploop_mapping *map)
 {
   bool write = flags & PLOOP_MAP_WRITE;
   if ((write && check_writable(disk) < 0) || check_range(disk, off, len) < 0)
@@ -474,8 +474,11 @@ int ploop_disk_map(struct ploop_disk *disk, uint64_t off, size_t len, unsigned f
     } else {
       depth = disk_find(disk, 0, vc, &at);
     }
-    if (depth) {
-      map->fd = disk->deltas[depth - 1]->fd;
+    /* A store without an fd says so: the caller takes the general path. */
+    if (depth && disk->deltas[depth - 1]->so.fd < 0) {
+      rc = PLOOP_MAP_NONE;
+    } else if (depth) {
+      map->fd = disk->deltas[depth - 1]->so.fd;
       map->file_offset = at + coff;
       __atomic_add_fetch(&disk->pins, 1, __ATOMIC_SEQ_CST);
       if (write)
@@ -516,7 +519,7 @@ int disk_zero_cluster(struct ploop_disk *disk, uint64_t vc, bool keep)
   uint64_t cb = disk->cluster_bytes;
   uint64_t off = delta_lookup(top, vc);
   if (top->raw) {
-    if (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)(vc * cb), (off_t)cb) < 0)
+    if (store_zero(&top->so, vc * cb, cb, STORE_ZERO_KEEP) < 0)
       return ploop_error_os(top->path, "fallocate");
     return 0;
   }
@@ -528,7 +531,7 @@ int disk_zero_cluster(struct ploop_disk *disk, uint64_t vc, bool keep)
   }
   off = DELTA_OFF(off);
   if (keep || lower) {
-    if (fallocate(top->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)cb) < 0)
+    if (store_zero(&top->so, off, cb, STORE_ZERO_KEEP) < 0)
       return ploop_error_os(top->path, "fallocate");
     delta_unwritten_set(top, off, true);
     return 0;
@@ -538,8 +541,7 @@ int disk_zero_cluster(struct ploop_disk *disk, uint64_t vc, bool keep)
    * what the range reads as now. The cluster is never reused in place;
    * compaction moves tail clusters into such holes. */
   delta_set_entry(top, vc, 0);
-  if (fallocate(top->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)cb) < 0 &&
-      errno != EOPNOTSUPP)
+  if (store_zero(&top->so, off, cb, STORE_ZERO_PUNCH) < 0 && errno != EOPNOTSUPP)
     return ploop_error_os(top->path, "punch hole");
   return 0;
 }
@@ -689,8 +691,51 @@ int ploop_disk_dirty_get(struct ploop_disk *disk, uint8_t *bitmap, size_t bytes,
   return 0;
 }
 
+/* A disk in a store without directories (rbd:POOL/NAME): LOC names the
+ * disk, its top is PLOOP_DEFAULT_IMAGE_NAME. */
+static int disk_create_in_store(const char *loc, const struct ploop_delta_create_params *p)
+{
+  char *dir = NULL, *xml = NULL;
+  if (store_for(loc)->resolve(loc, &dir, &xml) < 0)
+    return -1;
+  free(xml);
+  int rc = -1;
+  struct ploop_descriptor *old = NULL;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, PLOOP_DEFAULT_IMAGE_NAME);
+  int lock = ploop_lock_disk(dir, PLOOP_LOCK_WRITER);
+  if (lock < 0)
+    goto out;
+  if ((old = ploop_descriptor_load(dir)) != NULL) {
+    rc = ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: a disk already exists here", dir);
+    goto out;
+  }
+  if (ploop_get_status() != PLOOP_ERR_NOTFOUND)
+    goto out;
+  if (delta_create_file(dir, path, p, false) < 0)
+    goto out;
+  struct ploop_delta *d = delta_open(dir, path, PLOOP_OPEN_RDONLY);
+  struct ploop_descriptor *desc = d ? descriptor_new(dir, d->h.size_sectors, d->h.cluster_sectors) : NULL;
+  delta_close(d, false);
+  if (!desc || descriptor_add_image(desc, PLOOP_TOP_GUID, PLOOP_DEFAULT_IMAGE_NAME, NULL) < 0 ||
+      ploop_descriptor_save(desc) < 0) {
+    ploop_descriptor_free(desc);
+    store_remove(dir, path);
+    goto out;
+  }
+  ploop_descriptor_free(desc);
+  rc = 0;
+out:
+  ploop_descriptor_free(old);
+  ploop_unlock_disk(lock);
+  free(dir);
+  return rc;
+}
+
 int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_params *p)
 {
+  if (!store_is_file(store_for(delta_path)))
+    return disk_create_in_store(delta_path, p);
   char *copy1 = ploop_strdup(delta_path), *copy2 = ploop_strdup(delta_path);
   int rc = -1;
   if (!copy1 || !copy2)

@@ -122,7 +122,7 @@ int delta_extent_scan(struct ploop_delta *d, uint64_t file_size)
     fm->fm_length = file_size - pos;
     fm->fm_extent_count = EXTENTS;
     fm->fm_flags = FIEMAP_FLAG_SYNC;
-    if (ioctl(d->fd, FS_IOC_FIEMAP, fm) < 0) {
+    if (ioctl(d->so.fd, FS_IOC_FIEMAP, fm) < 0) {
       ok = false; /* no FIEMAP (tmpfs...): nothing OpenVZ checks either */
       break;
     }

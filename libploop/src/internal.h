@@ -11,6 +11,7 @@
 
 #include "format.h"
 #include "libploop.h"
+#include "store.h"
 
 #define PLOOP_ALIGN 4096u    /* buffer alignment for O_DIRECT */
 #define PLOOP_BAT_PAGE 4096u /* BAT write granularity */
@@ -52,7 +53,7 @@ int ploop_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *pa
 int ploop_pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const char *path);
 int ploop_fsync_dir(const char *dir);
 int ploop_fsync_parent(const char *path); /* the directory that holds PATH */
-char *ploop_strdup(const char *s); /* sets error on failure */
+char *ploop_strdup(const char *s);        /* sets error on failure */
 /* A step of a structural operation is durable: crash tests may kill the
  * process here (fault.c; PLOOP_FAULT_INJECT / PLOOP_FAULT_TRACE). */
 void ploop_fault_point(const char *name);
@@ -75,8 +76,8 @@ int ploop_check_file_beneath(const char *dir, const char *path);
 /* ---- delta (delta.c) ---- */
 struct ploop_delta {
   char *path;
-  char *dir; /* the disk directory PATH must stay in; NULL for a bare file */
-  int fd;
+  char *dir;           /* the disk directory PATH must stay in; NULL for a bare file */
+  struct store_obj so; /* where the bytes live (so.fd: the file store's fd, else -1) */
   bool rdwr;
   bool raw; /* Plain image: identity map, no header */
   struct ploop_header_host h;
@@ -148,14 +149,16 @@ int delta_write_header(struct ploop_delta *d);
 int delta_set_in_use(struct ploop_delta *d, bool in_use);
 /* Makes a read-write delta immutable on disk: its data durable, its BAT
  * pages and the cleared in-use mark written; the caller issues the final
- * fdatasync of d->fd (together with others). The caller excludes all I/O. */
+ * store flush of d->so (together with others). The caller excludes all I/O. */
 int delta_seal_begin(struct ploop_delta *d);
 uint64_t delta_count_allocated(const struct ploop_delta *d);
 /* A new delta file, durable; IN_USE: created already marked (for a new top). */
-int delta_create_file(const char *dir, const char *path, const struct ploop_delta_create_params *p, bool in_use);
-/* The same, left unsynced: *FD is the open file, for the caller to sync (sync_all). */
+int delta_create_file(const char *dir, const char *path, const struct ploop_delta_create_params *p,
+                      bool in_use);
+/* The same, left unsynced: *SO is the open delta, for the caller to flush
+ * (store_flush_all) and close. */
 int delta_create_file_nosync(const char *dir, const char *path, const struct ploop_delta_create_params *p,
-                             bool in_use, int *fd);
+                             bool in_use, struct store_obj *so);
 /* delta_open flag: the file was just created by delta_create_file(in_use=true). */
 #define DELTA_OPEN_FRESH (1u << 16)
 void delta_fill_geometry(struct ploop_header_host *h, uint64_t size_sectors);
@@ -194,9 +197,10 @@ void delta_bat_unmaterialize(struct ploop_delta *d, const uint32_t *taken, size_
 #define PLOOP_LOCK_WRITER 1u /* one process changes the disk at a time */
 #define PLOOP_LOCK_DELTAS                                                                                    \
   2u /* existing deltas get rewritten or removed (alone: the writer already holds byte 0) */
-#define PLOOP_LOCK_READER 4u /* shared: a snapshot is open read-only */
-int ploop_lock_disk(const char *dir, unsigned what);
+#define PLOOP_LOCK_READER 4u                         /* shared: a snapshot is open read-only */
+int ploop_lock_disk(const char *dir, unsigned what); /* the store's lock for DIR */
 void ploop_unlock_disk(int fd);
+int lock_disk_file(const char *dir, unsigned what); /* the file store's: OFD locks in DIR */
 
 /* ---- disk (disk.c) ---- */
 struct ploop_disk {
@@ -249,13 +253,13 @@ int merge_delta_into(struct ploop_delta *x, struct ploop_delta *p, bool skip_zer
 /* Copies into DST every cluster SRC holds and DST lacks, within DST's size;
  * DST's own clusters are never written. Ends with DST sealed: data, then
  * BAT and a clean header, durable; DST is read-only in memory after. */
-int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress, void *opaque,
-                     uint64_t total);
+int merge_fill_holes(struct ploop_delta *src, struct ploop_delta *dst, ploop_progress_fn progress,
+                     void *opaque, uint64_t total);
 /* merge_delta_into for a P that is written no more after it: P ends
  * durable with its BAT pages and a clean header on disk in one pass, so the
  * caller closes it without another write (rdwr cleared). */
-int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress, void *opaque,
-                            uint64_t total);
+int merge_delta_into_sealed(struct ploop_delta *x, struct ploop_delta *p, ploop_progress_fn progress,
+                            void *opaque, uint64_t total);
 /* Streaming reads for ploop_send: every cluster whose topmost holder is one
  * of the deltas at depths FROM+1..TO (FROM = 0: the top) is read, many in
  * flight, and handed to SINK (LEN: the bytes of it inside the disk, 512
@@ -283,6 +287,10 @@ int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force);
 int delta_compact(struct ploop_delta *d, uint64_t *bytes_reclaimed);
 
 /* ---- descriptor internals (descriptor.c) ---- */
+/* A local disk directory or its DiskDescriptor.xml -> canonical DIR and XML. */
+int descriptor_resolve_file(const char *dir_or_xml, char **dir_out, char **xml_out);
+/* descriptor_write_tmp's handle where the store replaces the descriptor itself. */
+#define DESCRIPTOR_TMP_STORE (-2)
 struct ploop_descriptor *descriptor_new(const char *dir, uint64_t size_sectors, uint32_t cluster_sectors);
 int descriptor_add_image(struct ploop_descriptor *d, const char *guid, const char *file, const char *parent);
 void descriptor_remove_image(struct ploop_descriptor *d, const char *guid);

@@ -7,6 +7,7 @@
 
 #include "internal.h"
 #include "io.h"
+#include "store.h"
 
 /* One idle context kept for the next aio_init: io_destroy waits for an RCU
  * grace period (30-40 ms on a busy host), which a migration paid twice per
@@ -58,7 +59,9 @@ int aio_init(struct ploop_aio *a, unsigned depth)
   a->ptrs = calloc(depth, sizeof *a->ptrs);
   a->events = calloc(depth, sizeof *a->events);
   a->paths = calloc(depth, sizeof *a->paths);
-  if (!a->cbs || !a->ptrs || !a->events || !a->paths) {
+  a->done_slots = calloc(depth, sizeof *a->done_slots);
+  a->done_failed = calloc(depth, sizeof *a->done_failed);
+  if (!a->cbs || !a->ptrs || !a->events || !a->paths || !a->done_slots || !a->done_failed) {
     aio_destroy(a);
     return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
   }
@@ -83,6 +86,8 @@ void aio_destroy(struct ploop_aio *a)
   free(a->ptrs);
   free(a->events);
   free(a->paths);
+  free(a->done_slots);
+  free(a->done_failed);
   memset(a, 0, sizeof *a);
 }
 
@@ -97,6 +102,33 @@ void aio_queue(struct ploop_aio *a, int fd, const char *path, void *buf, size_t 
   a->ptrs[a->n] = cb;
   a->paths[a->n] = path;
   a->n++;
+}
+
+static int sync_io(struct ploop_aio *a, struct store_obj *o, void *buf, size_t len, uint64_t off, int write)
+{
+  int rc = write ? store_pwrite(o, buf, len, off) : store_pread(o, buf, len, off);
+  if (rc < 0 && !a->sync_err)
+    a->sync_err = -1; /* the first error's message stays the thread's */
+  return rc;
+}
+
+void aio_queue_obj(struct ploop_aio *a, struct store_obj *o, void *buf, size_t len, uint64_t off, int write)
+{
+  if (o->fd >= 0)
+    aio_queue(a, o->fd, o->path, buf, len, off, write);
+  else if (!a->sync_err)
+    sync_io(a, o, buf, len, off, write);
+}
+
+void aio_start_obj(struct ploop_aio *a, unsigned slot, struct store_obj *o, void *buf, size_t len,
+                   uint64_t off, int write)
+{
+  if (o->fd >= 0) {
+    aio_start(a, slot, o->fd, o->path, buf, len, off, write);
+    return;
+  }
+  a->done_failed[a->n_done] = sync_io(a, o, buf, len, off, write) < 0;
+  a->done_slots[a->n_done++] = slot;
 }
 
 /* Checks one completion: a short read is zero-filled (EOF), a failed or
@@ -130,7 +162,8 @@ static int aio_check_event(struct ploop_aio *a, const struct io_event *ev, bool 
 int aio_run(struct ploop_aio *a)
 {
   unsigned total = a->n, submitted = 0, done = 0;
-  int err = 0;
+  int err = a->sync_err;
+  a->sync_err = 0;
   while (submitted < total) {
     int rc = io_submit(a->ctx, (long)(total - submitted), a->ptrs + submitted);
     if (rc == -EINTR || rc == -EAGAIN)
@@ -159,8 +192,8 @@ int aio_run(struct ploop_aio *a)
   return err;
 }
 
-void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, void *buf, size_t len, uint64_t off,
-               int write)
+void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, void *buf, size_t len,
+               uint64_t off, int write)
 {
   struct iocb *cb = &a->cbs[slot];
   if (write)
@@ -187,6 +220,14 @@ int aio_poll(struct ploop_aio *a, unsigned *slots, bool *failed)
 
 static int reap(struct ploop_aio *a, unsigned *slots, bool *failed, bool wait)
 {
+  if (a->n_done) {
+    unsigned k = a->n_done;
+    memcpy(slots, a->done_slots, k * sizeof *slots);
+    memcpy(failed, a->done_failed, k * sizeof *failed);
+    a->n_done = 0;
+    a->sync_err = 0;
+    return (int)k;
+  }
   int err = 0;
   while (a->n) {
     int rc = io_submit(a->ctx, (long)a->n, a->ptrs);
@@ -252,6 +293,10 @@ int sync_all(const int *fds, const char *const *paths, unsigned n)
   bool started[8] = {false};
   for (unsigned i = 0; i < n; i++) {
     jobs[i] = (struct sync_job){.fd = fds[i]};
+    if (fds[i] < 0) {
+      started[i] = true; /* nothing to do: skipped below */
+      continue;
+    }
     if (i > 0 && pthread_create(&tids[i], NULL, sync_thread, &jobs[i]) == 0)
       started[i] = true;
   }
@@ -259,7 +304,7 @@ int sync_all(const int *fds, const char *const *paths, unsigned n)
     if (!started[i])
       sync_thread(&jobs[i]);
   for (unsigned i = 1; i < n; i++)
-    if (started[i])
+    if (started[i] && fds[i] >= 0)
       pthread_join(tids[i], NULL);
   for (unsigned i = 0; i < n; i++)
     if (jobs[i].err)

@@ -21,7 +21,14 @@ struct ploop_aio {
   struct iocb **ptrs;
   struct io_event *events;
   const char **paths;
+  /* Requests on a store without an fd run at once; their results wait here. */
+  unsigned *done_slots;
+  bool *done_failed;
+  unsigned n_done;
+  int sync_err;
 };
+
+struct store_obj;
 
 int aio_init(struct ploop_aio *a, unsigned depth);
 void aio_destroy(struct ploop_aio *a);
@@ -30,6 +37,12 @@ void aio_queue(struct ploop_aio *a, int fd, const char *path, void *buf, size_t 
 /* Submit everything queued and wait for all of it. Short reads (EOF) are
  * zero-filled; short writes are errors. */
 int aio_run(struct ploop_aio *a);
+/* aio_queue / aio_start of a delta's bytes: libaio on its fd where the
+ * store has one, else the store's own I/O (done at once, reported by
+ * aio_run / aio_reap like the others). */
+void aio_queue_obj(struct ploop_aio *a, struct store_obj *o, void *buf, size_t len, uint64_t off, int write);
+void aio_start_obj(struct ploop_aio *a, unsigned slot, struct store_obj *o, void *buf, size_t len,
+                   uint64_t off, int write);
 
 /* Streaming use: each of the DEPTH slots holds one request at a time and is
  * reused as soon as it completes, so the queue never drains between
@@ -39,8 +52,8 @@ int aio_run(struct ploop_aio *a);
  * nothing is in flight), -1 if waiting itself failed. Short reads are
  * zero-filled; a failed request's error is set (the first of a call). Do
  * not mix with aio_queue/aio_run on the same context. */
-void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, void *buf, size_t len, uint64_t off,
-               int write);
+void aio_start(struct ploop_aio *a, unsigned slot, int fd, const char *path, void *buf, size_t len,
+               uint64_t off, int write);
 int aio_reap(struct ploop_aio *a, unsigned *slots, bool *failed);
 /* aio_reap without the wait: submits what was started and returns the
  * completions already there (0 when none). */
@@ -71,7 +84,8 @@ void wb_kicker_wrote(struct wb_kicker *k, uint64_t bytes);
  * kicker never started (zeroed) or already stopped is left as it is. */
 void wb_kicker_stop(struct wb_kicker *k);
 
-/* fdatasync N FDs, up to 8 at once, so their latencies overlap. */
+/* fdatasync N FDs, up to 8 at once, so their latencies overlap. A negative
+ * fd (a descriptor a store replaces itself) is skipped. */
 int sync_all(const int *fds, const char *const *paths, unsigned n);
 
 #endif

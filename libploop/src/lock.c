@@ -19,6 +19,11 @@ static int lock_byte(int fd, short type, off_t byte)
 
 int ploop_lock_disk(const char *dir, unsigned what)
 {
+  return store_for(dir)->lock(dir, what);
+}
+
+int lock_disk_file(const char *dir, unsigned what)
+{
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.lck", dir, PLOOP_DESCRIPTOR_NAME);
   /* The holder record is written into this file: a symlink planted in its
@@ -80,6 +85,8 @@ int ploop_lock_disk(const char *dir, unsigned what)
 
 void ploop_unlock_disk(int fd)
 {
-  if (fd >= 0)
-    close(fd); /* the holder record stays: it is read only while the lock is held */
+  if (fd < 0)
+    return;
+  store_rbd_ops.unlock(fd); /* a store's lock handle is an fd it keeps a note of */
+  close(fd);                /* the holder record stays: it is read only while the lock is held */
 }

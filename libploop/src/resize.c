@@ -30,14 +30,14 @@ static int relocate_for_bat(struct ploop_delta *d, uint64_t new_first)
     if (!off || off / cb >= new_first)
       continue;
     uint64_t to = d->alloc_head++ * cb;
-    rc = ploop_pread_full(d->fd, buf, cb, off, d->path);
+    rc = store_pread(&d->so, buf, cb, off);
     if (rc == 0)
-      rc = ploop_pwrite_full(d->fd, buf, cb, to, d->path);
+      rc = store_pwrite(&d->so, buf, cb, to);
     vcs[moved] = vc;
     offs[moved++] = to;
   }
-  if (rc == 0 && moved && fdatasync(d->fd) < 0)
-    rc = ploop_error_os(d->path, "fdatasync");
+  if (rc == 0 && moved)
+    rc = store_flush(&d->so);
   if (rc == 0)
     ploop_fault_point("resize-clusters-copied");
   for (uint64_t i = 0; rc == 0 && i < moved; i++)
@@ -48,9 +48,9 @@ static int relocate_for_bat(struct ploop_delta *d, uint64_t new_first)
    * zeroed by allocation, not by writing (extent.c: the first BAT page
    * written into one writes it whole). */
   if (rc == 0)
-    rc = ploop_reserve_zeroed(d->fd, d->path, old_first * cb, (new_first - old_first) * cb);
-  if (rc == 0 && fdatasync(d->fd) < 0)
-    rc = ploop_error_os(d->path, "fdatasync");
+    rc = store_zero(&d->so, old_first * cb, (new_first - old_first) * cb, STORE_ZERO_RESERVE);
+  if (rc == 0)
+    rc = store_flush(&d->so);
   if (rc == 0)
     ploop_fault_point("resize-bat-area-zeroed");
   free(vcs);
@@ -292,8 +292,8 @@ int delta_compact(struct ploop_delta *d, uint64_t *bytes_reclaimed)
     if (hole >= tail - 1 || tail == first)
       break;
     uint64_t from = tail - 1, vc = owner[from] - 1;
-    if ((rc = ploop_pread_full(d->fd, buf, cb, from * cb, d->path)) < 0 ||
-        (rc = ploop_pwrite_full(d->fd, buf, cb, hole * cb, d->path)) < 0)
+    if ((rc = store_pread(&d->so, buf, cb, from * cb)) < 0 ||
+        (rc = store_pwrite(&d->so, buf, cb, hole * cb)) < 0)
       goto out;
     owner[hole] = vc + 1;
     owner[from] = 0;
@@ -306,16 +306,16 @@ int delta_compact(struct ploop_delta *d, uint64_t *bytes_reclaimed)
     goto out;
   while (tail > first && !owner[tail - 1])
     tail--;
-  off_t old_size = lseek(d->fd, 0, SEEK_END);
+  uint64_t old_size = 0;
+  if ((rc = store_size(&d->so, &old_size)) < 0)
+    goto out;
   if (tail < first)
     tail = first;
-  if (ftruncate(d->fd, (off_t)(tail * cb)) < 0 || fdatasync(d->fd) < 0) {
-    rc = ploop_error_os(d->path, "truncate");
+  if ((rc = store_truncate(&d->so, tail * cb)) < 0 || (rc = store_flush(&d->so)) < 0)
     goto out;
-  }
   d->alloc_head = tail;
-  if (bytes_reclaimed && old_size > (off_t)(tail * cb))
-    *bytes_reclaimed = (uint64_t)old_size - tail * cb;
+  if (bytes_reclaimed && old_size > tail * cb)
+    *bytes_reclaimed = old_size - tail * cb;
 out:
   free(owner);
   free(buf);

@@ -45,7 +45,8 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
   char g[PLOOP_UUID_LEN + 1], file[1024], path[4096];
   struct ploop_descriptor *nd = NULL;
   struct ploop_delta *nt = NULL;
-  int rc = -1, dfd = -1, tfd = -1;
+  int rc = -1, tfd = -1;
+  struct store_obj nso = {.fd = -1};
   disk_lock_exclusive(disk); /* drains in-flight I/O: nothing acknowledged is left out */
   /* 127 images at most, as ploop: 126 snapshots and the top. */
   if (disk->n >= PLOOP_MAX_DELTAS - 1) {
@@ -61,7 +62,7 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
       .cluster_sectors = disk->desc->cluster_sectors,
       .version = top->raw ? 2 : top->h.version,
   };
-  if (delta_create_file_nosync(disk->dir, path, &p, true, &dfd) < 0)
+  if (delta_create_file_nosync(disk->dir, path, &p, true, &nso) < 0)
     goto out;
   nt = delta_open(disk->dir, path, PLOOP_OPEN_RDWR | DELTA_OPEN_FRESH);
   if (!nt)
@@ -80,16 +81,15 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
    * Its last sync, the new delta's and the descriptor's run at once. */
   if (delta_seal_begin(top) < 0)
     goto fail_seal;
-  int fds[3] = {top->fd, dfd, tfd};
-  const char *paths[3] = {top->path, path, "DiskDescriptor.xml.tmp"};
-  if (sync_all(fds, paths, 3) < 0)
+  struct store_obj *objs[2] = {&top->so, &nso};
+  if (store_flush_all(objs, 2, &tfd, 1) < 0)
     goto fail_seal;
   ploop_fault_point("snapshot-synced");
   if (descriptor_commit_tmp(nd, tfd, true) < 0) {
     tfd = -1;
     goto fail_seal;
   }
-  close(dfd);
+  store_close(&nso);
   top->rdwr = false;
   memmove(&disk->deltas[1], &disk->deltas[0], disk->n * sizeof disk->deltas[0]);
   disk->deltas[0] = nt;
@@ -108,11 +108,10 @@ fail_seal:
 fail_unlink:
   if (tfd >= 0)
     descriptor_abort_tmp(nd, tfd);
-  if (dfd >= 0)
-    close(dfd);
+  store_close(&nso);
   delta_close(nt, false);
   nt = NULL;
-  ploop_unlink_file(disk->dir, path);
+  store_remove(disk->dir, path);
 out:
   disk_unlock_exclusive(disk);
   ploop_descriptor_free(nd);
@@ -150,29 +149,29 @@ int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out)
       .cluster_sectors = d->cluster_sectors,
       .version = top->raw ? 2 : top->h.version,
   };
-  int dfd, tfd;
-  if (delta_create_file_nosync(d->dir, path, &p, false, &dfd) < 0)
+  int tfd;
+  struct store_obj nso;
+  if (delta_create_file_nosync(d->dir, path, &p, false, &nso) < 0)
     goto out;
   descriptor_rename_guid(d, PLOOP_TOP_GUID, g);
   snprintf(d->top_guid, sizeof d->top_guid, "%s", PLOOP_TOP_GUID);
   if (descriptor_add_image(d, PLOOP_TOP_GUID, file, g) < 0 || descriptor_write_tmp(d, &tfd) < 0) {
-    close(dfd);
-    ploop_unlink_file(d->dir, path);
+    store_close(&nso);
+    store_remove(d->dir, path);
     goto out;
   }
   /* Two syncs at once (the new delta, the descriptor), then the rename. */
-  int fds[2] = {dfd, tfd};
-  const char *paths[2] = {path, "DiskDescriptor.xml.tmp"};
-  int src = sync_all(fds, paths, 2);
-  close(dfd);
+  struct store_obj *objs[1] = {&nso};
+  int src = store_flush_all(objs, 1, &tfd, 1);
+  store_close(&nso);
   if (src < 0) {
     descriptor_abort_tmp(d, tfd);
-    ploop_unlink_file(d->dir, path);
+    store_remove(d->dir, path);
     goto out;
   }
   ploop_fault_point("snapshot-synced");
   if (descriptor_commit_tmp(d, tfd, true) < 0) {
-    ploop_unlink_file(d->dir, path);
+    store_remove(d->dir, path);
     goto out;
   }
   if (out)
@@ -251,11 +250,11 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid)
   d->size_sectors = snap->h.size_sectors;
   ploop_chs(d->size_sectors, &d->cylinders, &d->heads, &d->sectors);
   if (descriptor_add_image(d, PLOOP_TOP_GUID, file, g) < 0 || ploop_descriptor_save(d) < 0) {
-    ploop_unlink_file(d->dir, path);
+    store_remove(d->dir, path);
     goto out;
   }
   /* The old top is dropped, as ploop does; a crash before this leaves only an orphan file. */
-  if (ploop_unlink_file(d->dir, old_top) < 0)
+  if (store_remove(d->dir, old_top) < 0)
     ploop_error_os(old_top, "remove");
   ploop_fault_point("switch-old-top-removed");
   rc = 0;
@@ -298,7 +297,7 @@ int ploop_snapshot_delete(const char *dir_or_xml, const char *guid)
     if (path) {
       descriptor_remove_image(d, g);
       rc = ploop_descriptor_save(d);
-      if (rc == 0 && ploop_unlink_file(d->dir, path) < 0)
+      if (rc == 0 && store_remove(d->dir, path) < 0)
         rc = ploop_error_os(path, "remove");
       if (rc == 0)
         ploop_fault_point("delete-leaf-removed");

@@ -127,14 +127,14 @@ static int start_write(struct receiver *r, unsigned s, uint64_t vc, const uint8_
    * queue's worth at a time (direct writes inside i_size run in parallel). */
   if (w->fresh && w->off + r->cb > r->reserved) {
     uint64_t end = w->off + (uint64_t)r->depth * r->cb;
-    if (ftruncate(d->fd, (off_t)end) < 0) {
+    if (store_truncate(&d->so, end) < 0) {
       delta_alloc_finish(d, vc, 0);
-      return ploop_error_os(d->path, "extend");
+      return ploop_error_wrap("extend");
     }
     r->reserved = end;
   }
   w->busy = true;
-  aio_start(&r->aio, s, d->fd, d->path, (void *)buf, r->cb, w->off, 1);
+  aio_start_obj(&r->aio, s, &d->so, (void *)buf, r->cb, w->off, 1);
   /* Out at once: the disk works while the next frames arrive. */
   return collect(r, false) < 0 ? -1 : 0;
 }
@@ -172,17 +172,16 @@ static int join_path(const struct receiver *r, const char *file, char *out)
 }
 
 /* A new delta of the stream's geometry, marked in use until sealed. */
-static struct ploop_delta *new_delta(struct receiver *r, const char *path, bool in_use, int *fd)
+static struct ploop_delta *new_delta(struct receiver *r, const char *path, bool in_use, struct store_obj *so)
 {
   struct ploop_delta_create_params p = {
       .size_bytes = r->h.virtual_bytes, .cluster_sectors = r->h.cluster_bytes / 512, .version = 2};
-  if (delta_create_file_nosync(r->dir, path, &p, in_use, fd) < 0)
+  if (delta_create_file_nosync(r->dir, path, &p, in_use, so) < 0)
     return NULL;
   if (!in_use)
     return NULL;
   struct ploop_delta *d = delta_open(r->dir, path, PLOOP_OPEN_RDWR | DELTA_OPEN_FRESH);
-  close(*fd);
-  *fd = -1;
+  store_close(so);
   return d;
 }
 
@@ -215,15 +214,15 @@ static int open_layer(struct receiver *r, const char *guid, const char *parent, 
     delta_file_name(r, l->file);
   if (join_path(r, l->file, l->path) < 0)
     return -1;
-  int fd = -1;
-  l->d = new_delta(r, l->path, true, &fd);
+  struct store_obj so = {.fd = -1};
+  l->d = new_delta(r, l->path, true, &so);
   if (!l->d && access(l->path, F_OK) == 0)
     unlink(l->path);
   if (!l->d)
     return -1;
   r->n_layers++;
-  struct stat sb;
-  r->reserved = fstat(l->d->fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+  uint64_t size;
+  r->reserved = store_size(&l->d->so, &size) == 0 ? size : 0;
   memset(r->seen, 0, div_round_up(r->clusters, 8));
   r->round_closed = false;
   return 0;
@@ -241,12 +240,12 @@ static int seal_layer(struct receiver *r)
   if (drain(r) < 0)
     return -1;
   uint64_t used = d->alloc_head * r->cb;
-  if (r->reserved > used && ftruncate(d->fd, (off_t)used) < 0)
-    return ploop_error_os(d->path, "truncate");
+  if (r->reserved > used && store_truncate(&d->so, used) < 0)
+    return -1;
   if (delta_seal_begin(d) < 0)
     return -1;
-  if (fdatasync(d->fd) < 0)
-    return ploop_error_os(d->path, "fdatasync");
+  if (store_flush(&d->so) < 0)
+    return -1;
   d->rdwr = false;
   return 0;
 }
@@ -533,13 +532,14 @@ static int commit(struct receiver *r)
   } else {
     descriptor_remove_image(d, PLOOP_TOP_GUID);
   }
-  int rc = -1, tfd = -1, dfd = -1;
+  int rc = -1, tfd = -1;
+  struct store_obj dso = {.fd = -1};
   char top_file[NAME_MAX + 1];
   delta_file_name(r, top_file);
   if (join_path(r, top_file, r->top_path) < 0)
     goto out;
-  new_delta(r, r->top_path, false, &dfd);
-  if (dfd < 0)
+  new_delta(r, r->top_path, false, &dso);
+  if (!dso.ops)
     goto out;
   r->made_top = true;
   /* The disk's size is the size of its newest state (ploop deltas hold whole clusters). */
@@ -551,9 +551,8 @@ static int commit(struct receiver *r)
   if (descriptor_add_image(d, PLOOP_TOP_GUID, top_file, r->layers[r->n_layers - 1].guid) < 0 ||
       ploop_descriptor_validate(d) < 0 || descriptor_write_tmp(d, &tfd) < 0)
     goto out;
-  int fds[2] = {dfd, tfd};
-  const char *paths[2] = {r->top_path, "DiskDescriptor.xml.tmp"};
-  if (sync_all(fds, paths, 2) < 0) {
+  struct store_obj *objs[1] = {&dso};
+  if (store_flush_all(objs, 1, &tfd, 1) < 0) {
     descriptor_abort_tmp(d, tfd);
     goto out;
   }
@@ -565,8 +564,7 @@ static int commit(struct receiver *r)
   if (r->old_top[0] && unlink(r->old_top) < 0)
     ploop_error_os(r->old_top, "remove");
 out:
-  if (dfd >= 0)
-    close(dfd);
+  store_close(&dso);
   ploop_descriptor_free(fresh);
   return rc;
 }

@@ -43,6 +43,8 @@ static void *sym(const char *name)
   }
 
 FWD(void *, xmlReadFile, (const char *url, const char *enc, int opts), (url, enc, opts))
+FWD(void *, xmlReadMemory, (const char *buf, int size, const char *url, const char *enc, int opts),
+    (buf, size, url, enc, opts))
 FWD(void *, xmlDocGetRootElement, (const void *doc), (doc))
 FWD(void *, xmlDocSetRootElement, (void *doc, void *root), (doc, root))
 FWD(void, xmlFreeDoc, (void *doc), (doc))

@@ -219,6 +219,10 @@ bool cli_parse_uuid(const char *opt, const char *s, char *out)
 
 int cli_classify(const char *path, enum cli_target *out)
 {
+  if (!strncmp(path, "rbd:", 4)) { /* a disk in Ceph: rbd:POOL/NAME */
+    *out = CLI_TARGET_DISK;
+    return 0;
+  }
   struct stat st;
   if (stat(path, &st) < 0)
     return cli_error(EXIT_NOTFOUND, "%s: %s", path, strerror(errno)); /* cannot open: SYSEXIT_OPEN */

@@ -52,6 +52,11 @@ static int source_size(const char *src, uint64_t *out)
 
 static bool descriptor_exists(const char *disk)
 {
+  if (!strncmp(disk, "rbd:", 4)) { /* a disk in Ceph: its descriptor object */
+    struct ploop_descriptor *d = ploop_descriptor_load(disk);
+    ploop_descriptor_free(d);
+    return d != NULL;
+  }
   struct stat st;
   if (stat(disk, &st) < 0)
     return false;
@@ -212,12 +217,16 @@ static int run_import(int argc, char **argv)
     if (p.size_bytes < src_bytes)
       return cli_usage_error("-s: %" PRIu64 " bytes is smaller than %s (%" PRIu64 " bytes)",
                              p.size_bytes, src, src_bytes);
-    if (dir_absent_or_empty(disk)) {
-      if ((rc = make_stage_dir(disk, work, sizeof work)))
-        return rc;
-      staged = true;
+    if (!strncmp(disk, "rbd:", 4)) {
+      snprintf(delta, sizeof delta, "%s", disk); /* in Ceph: the top is NAME.root.hds */
+    } else {
+      if (dir_absent_or_empty(disk)) {
+        if ((rc = make_stage_dir(disk, work, sizeof work)))
+          return rc;
+        staged = true;
+      }
+      snprintf(delta, sizeof delta, "%s/%s", work, PLOOP_DEFAULT_IMAGE_NAME);
     }
-    snprintf(delta, sizeof delta, "%s/%s", work, PLOOP_DEFAULT_IMAGE_NAME);
     if (ploop_disk_create(delta, &p) < 0) {
       rc = cli_lib_error();
       remove_new_disk(work, staged);

@@ -9,7 +9,7 @@
 extern const struct cli_verb verb_init, verb_info, verb_check, verb_import, verb_export,
     verb_snapshot, verb_snapshot_list, verb_snapshot_delete, verb_snapshot_merge,
     verb_snapshot_switch, verb_resize, verb_convert, verb_restore_descriptor, verb_mount,
-    verb_umount, verb_list, verb_compact, verb_balloon, verb_fsck, verb_replace;
+    verb_umount, verb_list, verb_compact, verb_balloon, verb_fsck, verb_replace, verb_lock_break;
 extern const struct cli_verb verb_send, verb_receive;
 
 static const struct cli_verb *const verbs[] = {
@@ -17,7 +17,7 @@ static const struct cli_verb *const verbs[] = {
     &verb_export,        &verb_snapshot,       &verb_snapshot_list,   &verb_snapshot_delete,
     &verb_snapshot_merge, &verb_snapshot_switch, &verb_resize,        &verb_convert,
     &verb_restore_descriptor, &verb_mount, &verb_umount, &verb_list, &verb_compact, &verb_balloon,
-    &verb_send, &verb_receive, &verb_replace,
+    &verb_send, &verb_receive, &verb_replace, &verb_lock_break,
 };
 
 static const char exit_codes[] =

@@ -93,7 +93,7 @@ static int run_send(int argc, char **argv)
     return rc;
   const char *disk = argv[optind];
   struct stat st;
-  if (stat(disk, &st) < 0)
+  if (strncmp(disk, "rbd:", 4) && stat(disk, &st) < 0)
     return cli_error(errno == ENOENT ? EXIT_NOTFOUND : EXIT_IO, "%s: %s", disk, strerror(errno));
   if (out && !force && stat(out, &st) == 0)
     return cli_error(EXIT_USAGE, "%s: file exists (use -f to overwrite)", out);
