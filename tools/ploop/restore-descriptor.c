@@ -88,28 +88,47 @@ static void remove_dir(const char *dir)
   rmdir(dir);
 }
 
+/* The delta is hard-linked into the private directory, never symlinked:
+ * every image path must resolve beneath its disk's directory. A link needs
+ * the same filesystem, so the directory is made in TMPDIR first and, when
+ * that is another filesystem, beside the delta (removed again at close). */
 int bare_delta_open(const char *delta_path, struct bare_delta *b)
 {
   char abs[PATH_MAX];
   if (!realpath(delta_path, abs))
     return cli_error(errno == ENOENT ? EXIT_NOTFOUND : EXIT_IO, "%s: %s", delta_path,
                      strerror(errno));
+  struct stat st;
+  if (stat(abs, &st) < 0)
+    return cli_error(EXIT_IO, "%s: %s", delta_path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return cli_error(EXIT_USAGE, "%s: not a regular file", delta_path);
+  char parent[PATH_MAX];
+  snprintf(parent, sizeof parent, "%s", abs);
   const char *tmp = getenv("TMPDIR");
-  snprintf(b->dir, sizeof b->dir, "%s/ploop-bare.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(b->dir))
-    return cli_error(EXIT_IO, "%s: %s", b->dir, strerror(errno));
-  b->open = true;
-  char link[sizeof b->dir + 32];
-  snprintf(link, sizeof link, "%s/%s", b->dir, PLOOP_DEFAULT_IMAGE_NAME);
-  if (symlink(abs, link) < 0) {
-    int rc = cli_error(EXIT_IO, "%s: %s", link, strerror(errno));
-    bare_delta_close(b);
+  const char *where[2] = {tmp && *tmp ? tmp : "/tmp", dirname(parent)};
+  int err = 0;
+  for (int i = 0; i < 2; i++) {
+    snprintf(b->dir, sizeof b->dir, "%s/.ploop-bare.XXXXXX", where[i]);
+    if (!mkdtemp(b->dir)) {
+      err = errno;
+      continue;
+    }
+    b->open = true;
+    char link_path[sizeof b->dir + 32];
+    snprintf(link_path, sizeof link_path, "%s/%s", b->dir, PLOOP_DEFAULT_IMAGE_NAME);
+    if (link(abs, link_path) < 0) {
+      err = errno;
+      bare_delta_close(b);
+      continue;
+    }
+    int rc = descriptor_write_single(b->dir, PLOOP_DEFAULT_IMAGE_NAME, false, 0);
+    if (rc)
+      bare_delta_close(b);
     return rc;
   }
-  int rc = descriptor_write_single(b->dir, PLOOP_DEFAULT_IMAGE_NAME, false, 0);
-  if (rc)
-    bare_delta_close(b);
-  return rc;
+  return cli_error(EXIT_IO, "%s: cannot link it into a private directory (in %s or beside it): %s",
+                   delta_path, where[0], strerror(err));
 }
 
 void bare_delta_close(struct bare_delta *b)
