@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on an embedded default, step by step:
 # an image, data in it, a snapshot, an NBD export read by real clients,
-# a kernel-module-free mount, and a container on its own ploop disk.
+# a kernel-module-free mount, a container on its own ploop disk, incremental
+# send/receive, and a running container moved between two local hosts.
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${PLOOP_BUILD:-$TOP/build}/bin
@@ -11,6 +12,11 @@ CTROOT=$DEMO/containers
 cleanup() {
   ploop-container --root "$CTROOT" stop demo >/dev/null 2>&1 || true
   ploop-container --root "$CTROOT" destroy demo >/dev/null 2>&1 || true
+  [[ -n ${RECV_PID:-} ]] && kill "$RECV_PID" 2>/dev/null
+  for r in "$CTROOT" "$DEMO/hostb"; do
+    ploop-container --root "$r" stop --timeout 0 mover >/dev/null 2>&1 || true
+    ploop-container --root "$r" destroy mover >/dev/null 2>&1 || true
+  done
   ploop umount "$DEMO/disk" >/dev/null 2>&1 || true
   [[ -n ${NBD_PID:-} ]] && kill "$NBD_PID" 2>/dev/null && wait "$NBD_PID" 2>/dev/null
   rm -rf "$DEMO"
@@ -74,4 +80,38 @@ run ploop-container --root "$CTROOT" run demo --memory 64M --swap 64M --hostname
 run ploop-container --root "$CTROOT" list
 run ploop-container --root "$CTROOT" destroy demo
 
-printf '\nDemo finished: image, snapshot, NBD export, mount and container all worked.\n'
+step "7. Incremental send/receive: a full copy of the snapshot, then only what changed since"
+run ploop snapshot-list "$DEMO/disk"
+printf '$ ploop send -u %s %s | ploop receive %s\n' "$SNAP" "$DEMO/disk" "$DEMO/copy"
+ploop send -u "$SNAP" "$DEMO/disk" | ploop receive "$DEMO/copy"
+printf '$ ploop send --since %s %s | ploop receive %s\n' "$SNAP" "$DEMO/disk" "$DEMO/copy"
+ploop send --since "$SNAP" "$DEMO/disk" | ploop receive "$DEMO/copy"
+run ploop export -o "$DEMO/copy.raw" "$DEMO/copy"
+run cmp <(head -c $((64 << 20)) "$DEMO/copy.raw") "$DEMO/data2.raw"
+echo "the copy reads exactly what the disk holds now; the second send carried one cluster"
+
+step "8. Live migration of a running container between two local hosts (two roots, 127.0.0.1)"
+# Host B listens; host A runs a container whose shell counts, and moves it there.
+HOSTB=$DEMO/hostb
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+run ploop-container --root "$CTROOT" create mover --size 256M --from busybox
+run ploop-container --root "$CTROOT" start mover --memory 64M -- /bin/sh -c \
+  'i=$(tail -n 1 /count 2>/dev/null || echo 0); while true; do i=$((i+1)); echo "$i" >>/count; sync /count; sleep 0.1; done'
+ploop-container --root "$HOSTB" receive --listen "127.0.0.1:$PORT" --once >"$DEMO/recv.log" 2>&1 &
+RECV_PID=$!
+for _ in $(seq 50); do grep -q receiving "$DEMO/recv.log" 2>/dev/null && break; sleep 0.1; done
+sleep 1
+before=$(tail -n 1 "$CTROOT/mover/rootfs/count")
+echo "host A: the counter is at $before"
+run ploop-container --root "$CTROOT" migrate mover "127.0.0.1:$PORT"
+wait "$RECV_PID"; RECV_PID=
+run ploop-container --root "$HOSTB" list
+sleep 1
+after=$(tail -n 1 "$HOSTB/mover/rootfs/count")
+echo "host B: the counter went on from the migrated disk: $before -> $after"
+((after > before))
+[[ ! -e $CTROOT/mover ]] && echo "host A holds nothing of mover any more"
+run ploop-container --root "$HOSTB" stop --timeout 1 mover
+run ploop-container --root "$HOSTB" destroy mover
+
+printf '\nDemo finished: image, snapshot, NBD export, mount, container, send/receive and live migration all worked.\n'

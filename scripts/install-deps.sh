@@ -11,6 +11,9 @@ pkgs=(
   busybox-static runc bubblewrap iproute2 python3 kmod
   debootstrap
   libseccomp-dev
+  clang-14 libclang-rt-14-dev
+  libgnutls28-dev gnutls-bin
+  nettle-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -108,18 +108,47 @@ static int run_checked(char *const argv[], int ok_max)
 
 int ploop_fs_make(const char *device, const char *fstype)
 {
+  return ploop_fs_make_opts(device, fstype, NULL);
+}
+
+int ploop_fs_make_opts(const char *device, const char *fstype, const struct ploop_fs_opts *o)
+{
   if (!device || !fstype)
     return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "mkfs: device and filesystem type are needed");
+  unsigned bs = o ? o->block_size : 0;
+  if (bs && (bs < 1024 || bs > 65536 || (bs & (bs - 1))))
+    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL,
+                           "mkfs: block size %u is not a power of two from 1024 to 65536", bs);
+  char bsarg[32];
   /* No discard pass: a fresh ploop disk reads as zeros already, and a
    * whole-device discard through FUSE only costs time. */
   if (strcmp(fstype, "ext4") == 0 || strcmp(fstype, "ext3") == 0) {
     char mkfs[16];
     snprintf(mkfs, sizeof(mkfs), "mkfs.%s", fstype);
-    char *argv[] = {mkfs, "-q", "-F", "-E", "nodiscard", (char *)device, NULL};
+    /* Not lazy (OpenVZ's -n): inode tables and journal written now, not by
+     * a kernel thread after the first mount. */
+    const char *ext = o && o->nolazy ? "nodiscard,lazy_itable_init=0,lazy_journal_init=0" : "nodiscard";
+    char *argv[10] = {mkfs, "-q", "-F", "-E", (char *)ext};
+    int n = 5;
+    if (bs) {
+      snprintf(bsarg, sizeof bsarg, "%u", bs);
+      argv[n++] = "-b";
+      argv[n++] = bsarg;
+    }
+    argv[n++] = (char *)device;
+    argv[n] = NULL;
     return run_checked(argv, 0) < 0 ? -1 : 0;
   }
   if (strcmp(fstype, "xfs") == 0) {
-    char *argv[] = {"mkfs.xfs", "-q", "-f", "-K", (char *)device, NULL};
+    char *argv[10] = {"mkfs.xfs", "-q", "-f", "-K"};
+    int n = 4;
+    if (bs) {
+      snprintf(bsarg, sizeof bsarg, "size=%u", bs);
+      argv[n++] = "-b";
+      argv[n++] = bsarg;
+    }
+    argv[n++] = (char *)device;
+    argv[n] = NULL;
     return run_checked(argv, 0) < 0 ? -1 : 0;
   }
   return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "mkfs: unsupported filesystem '%s' (ext4, ext3 or xfs)",
@@ -210,6 +239,21 @@ int ploop_fs_resize_offline(const char *device, const char *fstype, uint64_t new
   if (run_checked(resize, 0) < 0)
     return -1;
   return 0;
+}
+
+int ploop_fs_check(const char *device, const char *fstype)
+{
+  /* ext2/3/4: e2fsck -p fixes what is safe to fix unattended (exit 1: fixed);
+   * xfs: xfs_repair -n reports (a dirty log is replayed by the mount). */
+  if (strncmp(fstype, "ext", 3) == 0) {
+    char *fsck[] = {"e2fsck", "-p", (char *)device, NULL};
+    return run_checked(fsck, 1) < 0 ? -1 : 0;
+  }
+  if (strcmp(fstype, "xfs") == 0) {
+    char *fsck[] = {"xfs_repair", "-n", (char *)device, NULL};
+    return run_checked(fsck, 0) < 0 ? -1 : 0;
+  }
+  return ploop_set_error(PLOOP_ERR_PARAM, EOPNOTSUPP, "%s: no check for a %s filesystem", device, fstype);
 }
 
 void attach_mounted_fstype(const char *mount_point, char *type, size_t len)

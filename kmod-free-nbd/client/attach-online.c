@@ -34,8 +34,20 @@ static int find_writable(const char *what, const char *verb, struct ploop_attach
 static int ctl_failed(const struct ploop_attach_info *i, const char *verb)
 {
   int e = errno ? errno : EIO;
-  return ploop_set_error(e == EBUSY ? PLOOP_ERR_BUSY : PLOOP_ERR_GENERIC, e, "%s: %s: %s", i->disk_dir,
-                     verb, ploop_ctl_error());
+  const char *msg = ploop_ctl_error();
+  /* The daemon sends errno and text only: the class comes back from the
+   * errno the library chose for it (as offline: same exit code). */
+  int status = e == EBUSY || e == EAGAIN                 ? PLOOP_ERR_BUSY
+               : e == EINVAL || e == ERANGE || e == EEXIST ? PLOOP_ERR_PARAM
+               : e == ENOENT && strstr(msg, "no snapshot") ? PLOOP_ERR_NOSNAP
+               : e == ENOENT                              ? PLOOP_ERR_NOTFOUND
+               : e == EIO || e == ENOSPC || e == EDQUOT   ? PLOOP_ERR_IO
+                                                          : PLOOP_ERR_GENERIC;
+  /* The library's message names the disk already: name it once. */
+  size_t dl = strlen(i->disk_dir);
+  if (strncmp(msg, i->disk_dir, dl) == 0 && (msg[dl] == ':' || msg[dl] == ' '))
+    return ploop_set_error(status, e, "%s", msg);
+  return ploop_set_error(status, e, "%s: %s: %s", i->disk_dir, verb, msg);
 }
 
 int ploop_attach_snapshot(const char *what, const char *guid, char *guid_out)
@@ -182,6 +194,13 @@ int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaime
     int fd = open(i.mount_point, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
       return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", i.mount_point, strerror(errno));
+    /* Blocks freed by a delete are free for FITRIM only once the
+     * filesystem has committed the delete: sync it first (OpenVZ does). */
+    if (syncfs(fd) < 0) {
+      int se = errno;
+      close(fd);
+      return ploop_set_error(PLOOP_ERR_IO, se, "sync %s: %s", i.mount_point, strerror(se));
+    }
     struct fstrim_range r = {.start = 0, .len = UINT64_MAX, .minlen = 0};
     int rc = ioctl(fd, FITRIM, &r);
     int e = errno;

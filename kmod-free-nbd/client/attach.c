@@ -450,10 +450,12 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
   int e = errno;
   readonly = flags & MS_RDONLY;
   /* A read-only device cannot replay a journal: mount without it (a
-   * snapshot taken under FIFREEZE has a clean journal anyway). */
+   * snapshot taken under FIFREEZE has a clean journal anyway). XFS also
+   * refuses a second filesystem with the UUID of a mounted one: a snapshot
+   * of a mounted XFS has it, hence nouuid. */
   if (readonly && (e == EROFS || e == EINVAL || e == EACCES)) {
     const char *skip = strncmp(fstype, "ext", 3) == 0 ? "noload"
-                       : strcmp(fstype, "xfs") == 0   ? "norecovery"
+                       : strcmp(fstype, "xfs") == 0   ? "norecovery,nouuid"
                                                       : NULL;
     if (skip) {
       char opts[sizeof(data) + 16];
@@ -635,10 +637,15 @@ int ploop_attach_umount(const char *what)
 
 int ploop_attach_format(const char *disk_dir, const char *fstype)
 {
+  return ploop_attach_format_opts(disk_dir, fstype, NULL);
+}
+
+int ploop_attach_format_opts(const char *disk_dir, const char *fstype, const struct ploop_fs_opts *o)
+{
   struct ploop_attach_info i;
   if (ploop_attach_mount(disk_dir, NULL, &i) < 0)
     return -1;
-  int rc = ploop_fs_make(i.device, fstype);
+  int rc = ploop_fs_make_opts(i.device, fstype, o);
   char msg[1024];
   int status = ploop_get_status(), err = ploop_get_errno();
   snprintf(msg, sizeof(msg), "%s", ploop_get_error());

@@ -101,9 +101,18 @@ int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaime
 
 /* mkfs.ext4 / mkfs.xfs on DEVICE; FSTYPE "ext4", "ext3" or "xfs". */
 int ploop_fs_make(const char *device, const char *fstype);
+/* Options of mkfs (OpenVZ's init -B and -n). */
+struct ploop_fs_opts {
+  unsigned block_size; /* filesystem block size in bytes; 0 = mkfs's default */
+  bool nolazy;         /* ext3/4: initialise inode tables and journal now */
+};
+int ploop_fs_make_opts(const char *device, const char *fstype, const struct ploop_fs_opts *o);
 /* Probes DEVICE's filesystem type with libblkid into TYPE; -1 with
  * PLOOP_ERR_NOTFOUND when there is none. */
 int ploop_fs_probe(const char *device, char *type, size_t len);
+/* Checks the unmounted filesystem on DEVICE (ext*: e2fsck -p, fixing what
+ * is safe; xfs: xfs_repair -n). OpenVZ's mount -F. */
+int ploop_fs_check(const char *device, const char *fstype);
 /* Grows the filesystem mounted on MOUNT_POINT to fill its device. */
 int ploop_fs_grow_online(const char *mount_point, const char *device, const char *fstype);
 /* Offline resize of an unmounted filesystem on DEVICE to NEW_BYTES (ext2/3/4:
@@ -113,5 +122,6 @@ int ploop_fs_resize_offline(const char *device, const char *fstype, uint64_t new
 /* Convenience for `ploop init -t FSTYPE`: attaches DISK_DIR without a
  * mount, makes the filesystem, detaches. */
 int ploop_attach_format(const char *disk_dir, const char *fstype);
+int ploop_attach_format_opts(const char *disk_dir, const char *fstype, const struct ploop_fs_opts *o);
 
 #endif

@@ -176,8 +176,12 @@ int ploop_ctl_merge(const char *dir, const char *guid, bool all) {
 }
 
 int ploop_ctl_resize(const char *dir, uint64_t new_bytes) {
+  return ploop_ctl_resize_flags(dir, new_bytes, 0);
+}
+
+int ploop_ctl_resize_flags(const char *dir, uint64_t new_bytes, unsigned flags) {
   char line[64];
-  snprintf(line, sizeof line, "RESIZE %" PRIu64, new_bytes);
+  snprintf(line, sizeof line, "RESIZE %" PRIu64 "%s", new_bytes, (flags & 1u) ? " FORCE" : "");
   return transact(dir, line, NULL, 0, false);
 }
 

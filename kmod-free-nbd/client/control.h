@@ -70,6 +70,8 @@ int ploop_ctl_merge(const char *dir, const char *guid, bool all);
 /* Online grow/shrink to NEW_BYTES.  Clients already connected keep the
  * size they negotiated; new connections see the new one. */
 int ploop_ctl_resize(const char *dir, uint64_t new_bytes);
+/* FLAGS: PLOOP_RESIZE_FORCE (1, libploop.h) passes --force on to the daemon. */
+int ploop_ctl_resize_flags(const char *dir, uint64_t new_bytes, unsigned flags);
 
 /* Online compaction (ploop_disk_compact): moves the top delta's tail
  * clusters into holes left by discard and truncates the file; the number

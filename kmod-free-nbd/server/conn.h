@@ -15,8 +15,11 @@
 
 #define CONN_MAX_WORKERS 64u
 
+struct ploop_tls;
+
 struct conn {
   int rfd, wfd;
+  struct ploop_tls *tls; /* after STARTTLS: every byte goes through it */
   struct conn *next, *prev; /* registry of live connections */
 
   /* Negotiated in the handshake. */
@@ -59,6 +62,10 @@ int conn_discard(struct conn *c, uint64_t len);
 /* Writes all of IOV; caller holds wlock. */
 int conn_writev(struct conn *c, struct iovec *iov, int iovcnt);
 int conn_write(struct conn *c, const void *buf, size_t len);
+/* One read of up to LEN bytes (TLS or plain): > 0, 0 at EOF, -1 + errno. */
+ssize_t conn_read_some(struct conn *c, void *buf, size_t len);
+/* Bytes already read from the socket and decrypted, not yet taken. */
+size_t conn_pending(struct conn *c);
 
 /* ---- budget.c: payload buffers under the memory bounds ---- */
 struct payload_buf;

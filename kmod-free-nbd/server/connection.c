@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "ploop-tls.h"
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t reg_cond = PTHREAD_COND_INITIALIZER;
@@ -21,10 +22,16 @@ static unsigned reg_count;
 /* How long a client may sit in the handshake without sending anything. */
 #define HANDSHAKE_TIMEOUT_SEC 30
 
+ssize_t conn_read_some(struct conn *c, void *buf, size_t len) {
+  return c->tls ? ploop_tls_read(c->tls, buf, len) : read(c->rfd, buf, len);
+}
+
+size_t conn_pending(struct conn *c) { return c->tls ? ploop_tls_pending(c->tls) : 0; }
+
 int conn_read(struct conn *c, void *buf, size_t len) {
   uint8_t *p = buf;
   while (len > 0) {
-    ssize_t n = read(c->rfd, p, len);
+    ssize_t n = conn_read_some(c, p, len);
     if (n > 0) {
       p += n;
       len -= (size_t)n;
@@ -49,6 +56,7 @@ int conn_discard(struct conn *c, uint64_t len) {
 }
 
 int conn_writev(struct conn *c, struct iovec *iov, int iovcnt) {
+  if (c->tls) return ploop_tls_writev(c->tls, iov, iovcnt);
   while (iovcnt > 0) {
     ssize_t n = writev(c->wfd, iov, iovcnt > IOV_MAX ? IOV_MAX : iovcnt);
     if (n < 0) {
@@ -123,6 +131,7 @@ void conn_serve(int rfd, int wfd) {
   pthread_cond_broadcast(&reg_cond);
   pthread_mutex_unlock(&reg_lock);
 
+  ploop_tls_free(c->tls);
   close(rfd);
   if (wfd != rfd) close(wfd);
   free(c->dirty_map);

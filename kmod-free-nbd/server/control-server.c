@@ -227,8 +227,10 @@ static int handle(int fd, struct disk_export *de, char *line) {
     uint64_t bytes;
     if (!a1 || ploop_parse_size(a1, &bytes) < 0)
       return reply_err(fd, EINVAL, "RESIZE needs a size (bytes, or with a K/M/G/T suffix)");
+    /* "RESIZE N FORCE": shrink even past allocated clusters (ploop resize --force). */
+    unsigned rflags = a2 && strcmp(a2, "FORCE") == 0 ? PLOOP_RESIZE_FORCE : 0;
     pthread_mutex_lock(&de->lock);
-    int r = ploop_disk_resize(de->disk, bytes, 0);
+    int r = ploop_disk_resize(de->disk, bytes, rflags);
     pthread_mutex_unlock(&de->lock);
     if (r < 0) return reply_err(fd, ploop_get_errno(), ploop_get_error());
     if (de->fuse && ploop_fuse_export_resized) ploop_fuse_export_resized(de->fuse);

@@ -10,6 +10,7 @@
 
 #include "conn.h"
 #include "nbd-protocol.h"
+#include "ploop-tls.h"
 
 static int send_reply(struct conn *c, uint32_t opt, uint32_t reply, const void *data,
                       size_t len) {
@@ -261,6 +262,28 @@ static void take_dirty_map(struct conn *c) {
   c->dirty_cluster_bytes = cl;
 }
 
+/* NBD_OPT_STARTTLS: ACK, then the TLS handshake on the same socket.  What
+ * was negotiated in the clear is forgotten, as the protocol requires.
+ * Returns 0 to go on (in TLS), -1 to drop the client. */
+static int opt_starttls(struct conn *c, uint32_t len) {
+  const uint32_t opt = NBD_OPT_STARTTLS;
+  if (len != 0) return send_error(c, opt, NBD_REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data");
+  if (g_cfg.tls == TLS_OFF) return send_error(c, opt, NBD_REP_ERR_UNSUP, "TLS is not enabled on this server");
+  if (c->tls) return send_error(c, opt, NBD_REP_ERR_INVALID, "TLS already negotiated");
+  if (send_reply(c, opt, NBD_REP_ACK, NULL, 0) < 0) return -1;
+  char err[512];
+  c->tls = ploop_tls_server(g_cfg.tls_creds, c->rfd, c->wfd, err, sizeof err);
+  if (!c->tls) {
+    nbd_log("client refused: %s", err);
+    return -1;
+  }
+  nbd_debug("TLS established with %s", ploop_tls_peer(c->tls));
+  c->structured = false;
+  c->meta_base = c->meta_depth = c->meta_dirty = false;
+  c->meta_export[0] = 0;
+  return 0;
+}
+
 int handshake(struct conn *c) {
   struct nbd_new_handshake hs = {
       .nbdmagic = nbd_be64(NBD_MAGIC),
@@ -302,7 +325,21 @@ int handshake(struct conn *c) {
       break;
     }
     int r;
+    /* FORCEDTLS: nothing but STARTTLS and ABORT before TLS, and no export
+     * name or list leaks out. EXPORT_NAME has no error reply: hang up. */
+    if (g_cfg.tls == TLS_REQUIRE && !c->tls && opt != NBD_OPT_STARTTLS && opt != NBD_OPT_ABORT) {
+      if (opt == NBD_OPT_EXPORT_NAME) {
+        nbd_debug("plaintext client asked for an export while TLS is required; dropping it");
+        break;
+      }
+      if (send_error(c, opt, NBD_REP_ERR_TLS_REQD, "TLS is required: use STARTTLS first") < 0)
+        break;
+      continue;
+    }
     switch (opt) {
+    case NBD_OPT_STARTTLS:
+      r = opt_starttls(c, len);
+      break;
     case NBD_OPT_EXPORT_NAME:
       r = opt_export_name(c, data, len);
       break;
@@ -336,7 +373,7 @@ int handshake(struct conn *c) {
     case NBD_OPT_SET_META_CONTEXT:
       r = opt_meta(c, opt, data, len);
       break;
-    default: /* STARTTLS, EXTENDED_HEADERS and anything newer */
+    default: /* EXTENDED_HEADERS and anything newer */
       r = send_error(c, opt, NBD_REP_ERR_UNSUP, "option %u not supported", opt);
       break;
     }

@@ -24,6 +24,7 @@
 #include "control.h"
 #include "../fuse/fuse-export.h"
 #include "server.h"
+#include "ploop-tls.h"
 
 /* fuse/ is written separately; until it links in, --fuse reports that. */
 #pragma weak ploop_fuse_export_start
@@ -94,6 +95,11 @@ static void usage(FILE *f) {
           "      --max-total-bytes SIZE     the same for all connections (default 512M)\n"
           "      --idle-timeout SECONDS     disconnect a client that sends no request (or\n"
           "                          takes no reply data) for that long (default: never)\n"
+          "      --tls=off|on|require  TLS (STARTTLS): off (default); on: the client\n"
+          "                          chooses; require: nothing but STARTTLS before TLS\n"
+          "      --tls-psk FILE      pre-shared keys, psktool's IDENTITY:HEXKEY lines\n"
+          "      --tls-certificates DIR  X.509: ca-cert.pem, server-cert.pem, server-key.pem\n"
+          "      --tls-verify-peer   require a client certificate signed by ca-cert.pem\n"
           "  -r, --readonly          serve every disk read-only (no control socket)\n"
           "      --snapshot GUID     serve that snapshot of the disk read-only (implies -r)\n"
           "      --fuse MOUNTPOINT   also export the first disk as a file via FUSE\n"
@@ -181,6 +187,33 @@ static void listen_tcp(const char *addr, const char *port) {
   }
   freeaddrinfo(ai);
   if (nlisten == 0) die("could not listen on port %s", port);
+}
+
+/* A disk served in the clear to a network beyond this host can be read and
+ * written by anyone on the path: say so, once. */
+static void warn_if_exposed(void) {
+  if (g_cfg.tls != TLS_OFF) return;
+  for (size_t i = 0; i < nlisten; i++) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(listen_fds[i], (struct sockaddr *)&ss, &len) < 0) continue;
+    bool exposed = false;
+    char host[INET6_ADDRSTRLEN] = "?", port[16] = "?";
+    if (ss.ss_family == AF_INET) {
+      const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+      exposed = (ntohl(a->sin_addr.s_addr) >> 24) != 127;
+    } else if (ss.ss_family == AF_INET6) {
+      const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+      exposed = !IN6_IS_ADDR_LOOPBACK(&a->sin6_addr) &&
+                !(IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) && a->sin6_addr.s6_addr[12] == 127);
+    }
+    if (!exposed) continue;
+    getnameinfo((struct sockaddr *)&ss, len, host, sizeof host, port, sizeof port,
+                NI_NUMERICHOST | NI_NUMERICSERV);
+    nbd_log("warning: serving %s port %s without TLS: anyone on the network can read and write "
+            "the disks (use --tls=require)", host, port);
+    return;
+  }
 }
 
 /* systemd socket activation: fds 3.. when LISTEN_PID is us. */
@@ -280,7 +313,7 @@ static void noop_handler(int sig) { (void)sig; }
 int main(int argc, char **argv) {
   enum {
     OPT_FUSE = 256, OPT_FUSE_NAME, OPT_CTL_PATH, OPT_CTL, OPT_SNAPSHOT, OPT_MAX_INFLIGHT,
-    OPT_MAX_TOTAL, OPT_IDLE_TIMEOUT
+    OPT_MAX_TOTAL, OPT_IDLE_TIMEOUT, OPT_TLS, OPT_TLS_PSK, OPT_TLS_CERTS, OPT_TLS_VERIFY
   };
   static const struct option opts[] = {
       {"unix", required_argument, NULL, 'U'},   {"port", required_argument, NULL, 'p'},
@@ -293,11 +326,17 @@ int main(int argc, char **argv) {
       {"max-inflight-bytes", required_argument, NULL, OPT_MAX_INFLIGHT},
       {"max-total-bytes", required_argument, NULL, OPT_MAX_TOTAL},
       {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+      {"tls", required_argument, NULL, OPT_TLS},
+      {"tls-psk", required_argument, NULL, OPT_TLS_PSK},
+      {"tls-certificates", required_argument, NULL, OPT_TLS_CERTS},
+      {"tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY},
       {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
   const char *unix_path = NULL, *port = NULL, *bind_addr = NULL, *pid_file = NULL;
   bool use_stdio = false, daemon_mode = false, ctl_path = false, ctl = false;
   uint64_t max_inflight = BUDGET_DEFAULT_PER_CONN, max_total = BUDGET_DEFAULT_TOTAL;
+  struct ploop_tls_opts tls = {0};
+  bool tls_given = false;
   int ch;
   opterr = 0; /* one line of our own instead of getopt's */
   while ((ch = getopt_long(argc, argv, "U:p:b:sdP:t:rvhV", opts, NULL)) != -1) {
@@ -351,6 +390,16 @@ int main(int argc, char **argv) {
       g_cfg.idle_timeout = (unsigned)n;
       break;
     }
+    case OPT_TLS:
+      tls_given = true;
+      if (strcmp(optarg, "off") == 0) g_cfg.tls = TLS_OFF;
+      else if (strcmp(optarg, "on") == 0) g_cfg.tls = TLS_ON;
+      else if (strcmp(optarg, "require") == 0) g_cfg.tls = TLS_REQUIRE;
+      else die("--tls: expected off, on or require, got '%s'", optarg);
+      break;
+    case OPT_TLS_PSK: tls.psk_file = optarg; break;
+    case OPT_TLS_CERTS: tls.cert_dir = optarg; break;
+    case OPT_TLS_VERIFY: tls.verify_peer = true; break;
     case 'v': g_cfg.verbose = true; break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("ploop-nbd %s\n", PLOOP_VERSION_STRING); return 0;
@@ -383,6 +432,17 @@ int main(int argc, char **argv) {
   if (modes > 1 || (activated && (unix_path || port)))
     die("choose one of -U, -p, -s (or socket activation)");
   if (daemon_mode && use_stdio && !activated) die("-d and -s do not go together");
+  if (g_cfg.tls != TLS_OFF) {
+    if (!tls.psk_file && !tls.cert_dir) die("--tls=%s needs --tls-psk FILE or --tls-certificates DIR",
+                                            g_cfg.tls == TLS_ON ? "on" : "require");
+    if (tls.verify_peer && tls.psk_file)
+      die("--tls-verify-peer checks certificates; a pre-shared key already authenticates the client");
+    char terr[1024];
+    g_cfg.tls_creds = ploop_tls_creds_new(&tls, true, terr, sizeof terr);
+    if (!g_cfg.tls_creds) die("%s", terr);
+  } else if (tls.psk_file || tls.cert_dir || tls.verify_peer) {
+    die("TLS credentials given%s: add --tls=require (or --tls=on)", tls_given ? " with --tls=off" : "");
+  }
 
   signal(SIGPIPE, SIG_IGN);
   struct sigaction sa = {.sa_handler = noop_handler}; /* no SA_RESTART: interrupts read() */
@@ -412,6 +472,7 @@ int main(int argc, char **argv) {
   } else if (port) {
     listen_tcp(bind_addr, port);
   }
+  warn_if_exposed();
   /* FUSE first: a control command (RESIZE) may need it at once. */
   if (g_cfg.fuse_mountpoint) {
     struct disk_export *de = &g_cfg.disks[0];
@@ -520,6 +581,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < g_cfg.ndisks; i++) control_stop(&g_cfg.disks[i]);
   if (g_cfg.disks[0].fuse) ploop_fuse_export_stop(g_cfg.disks[0].fuse);
   exports_close_all();
+  ploop_tls_creds_free(g_cfg.tls_creds);
   if (pid_file) unlink(pid_file);
   return 0;
 }

@@ -81,7 +81,10 @@ struct server_config {
   const char *snapshot;   /* --snapshot GUID: serve that state of the (one) disk */
   bool verbose;
   unsigned idle_timeout;  /* seconds; 0 = never */
+  int tls;                /* TLS_OFF, TLS_ON (client's choice), TLS_REQUIRE */
+  struct ploop_tls_creds *tls_creds;
 };
+enum { TLS_OFF, TLS_ON, TLS_REQUIRE };
 /* The process serves one set of disks: a single global keeps every part
  * (connections, control sockets, signal handling) looking at the same. */
 extern struct server_config g_cfg;

@@ -454,7 +454,7 @@ static void set_reader(struct conn *c, bool on) {
  * 0 = readable, -1 = end the connection. */
 static int wait_readable(struct conn *c) {
   const unsigned t = g_cfg.idle_timeout;
-  if (t == 0) return 0;
+  if (t == 0 || conn_pending(c) > 0) return 0;
   for (;;) {
     struct pollfd p = {.fd = c->rfd, .events = POLLIN};
     int r = poll(&p, 1, (int)(t > INT32_MAX / 1000 ? INT32_MAX : t * 1000));
@@ -480,7 +480,7 @@ static int rb_need(struct conn *c, size_t n) {
       rc = -1;
       break;
     }
-    ssize_t r = read(c->rfd, c->rb.p + c->rb.len, READ_BUF - c->rb.len);
+    ssize_t r = conn_read_some(c, c->rb.p + c->rb.len, READ_BUF - c->rb.len);
     if (r > 0) {
       c->rb.len += (size_t)r;
     } else if (r == 0 || errno != EINTR || atomic_load(&c->closing)) {

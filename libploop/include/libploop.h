@@ -39,12 +39,25 @@ enum ploop_status {
   PLOOP_ERR_BUSY = 5,     /* locked by another process, or in use */
   PLOOP_ERR_NOTFOUND = 6, /* no such file, or it cannot be opened */
   PLOOP_ERR_NOSNAP = 7,   /* no such snapshot */
+  PLOOP_ERR_READ = 8,     /* the operating system refused a read (IO is for writes, syncs) */
+  PLOOP_ERR_CANCELLED = 9, /* stopped by ploop_cancel() */
 };
 /* Class of the last error in this thread (an enum ploop_status). */
 int ploop_get_status(void);
 /* For layers built on libploop (NBD server, attach): record an error in the
  * same per-thread slot so callers print one line. Returns -1. */
 int ploop_set_error(int status, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Cancellation of long operations (import, export, merge, convert, send,
+ * receive): ploop_cancel() only sets a flag, so a signal handler may call
+ * it; those operations look at it between clusters (and when a blocking
+ * read or write of a stream is interrupted) and fail with
+ * PLOOP_ERR_CANCELLED, leaving what a failure there leaves: the old state
+ * or a crash-consistent one. The flag is process-wide and stays set until
+ * ploop_cancel_reset(). */
+void ploop_cancel(void);
+void ploop_cancel_reset(void);
+bool ploop_cancelled(void);
 
 /* ---- constants ------------------------------------------------------ */
 

@@ -30,6 +30,8 @@ static int check_header(const struct ploop_header_host *h, uint64_t file_size, s
     return header_problem(r, "invalid cluster size %llu sectors", h->cluster_sectors);
   if (h->bat_entries == 0)
     return header_problem(r, "BAT has no entries%.0llu", 0);
+  if (h->bat_entries > PLOOP_MAX_BAT_ENTRIES)
+    return header_problem(r, "BAT of %llu entries is over the limit of 2^28", h->bat_entries);
   if (h->size_sectors == 0)
     return header_problem(r, "virtual size is zero%.0llu", 0);
   if (h->version == 2 && h->first_block % h->cluster_sectors)
@@ -43,6 +45,8 @@ static int check_header(const struct ploop_header_host *h, uint64_t file_size, s
   uint64_t bat_end = PLOOP_HEADER_SIZE + 4ull * h->bat_entries;
   if ((uint64_t)h->first_block * 512 < bat_end)
     return header_problem(r, "first data block (sector %llu) overlaps the BAT", h->first_block);
+  if ((uint64_t)h->first_block * 512 > round_up(bat_end, (uint64_t)h->cluster_sectors * 512))
+    return header_problem(r, "first data block (sector %llu) lies past the end of the BAT area", h->first_block);
   if (file_size < bat_end)
     return header_problem(r, "file truncated: the BAT needs %llu bytes", bat_end);
   return 0;
@@ -263,6 +267,20 @@ void ploop_check_report_format(const struct ploop_check_report *r, char *buf, si
              r->clusters_lost);
 }
 
+/* The top image's header is what resize writes first (the descriptor
+ * follows): after a crash between the two, the header says what the disk
+ * is. Returns 0 when repaired, 1 when repair was not asked, -1 on error. */
+static int size_fix(struct ploop_descriptor *d, uint64_t sectors, unsigned flags)
+{
+  if (!(flags & PLOOP_CHECK_REPAIR) || (flags & PLOOP_CHECK_READONLY))
+    return 1;
+  uint64_t keep = d->size_sectors;
+  d->size_sectors = sectors;
+  int rc = ploop_descriptor_save(d);
+  d->size_sectors = keep;
+  return rc < 0 ? -1 : 0;
+}
+
 int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t msglen)
 {
   size_t pos = 0;
@@ -308,15 +326,29 @@ int ploop_disk_check(const char *dir_or_xml, unsigned flags, char *msg, size_t m
         result = 1;
       else if (rc == 1 && result == 0)
         result = 2;
-      if (rc == 0 && !r.header_bad) {
+      bool top = strcmp(d->images[i].guid, d->top_guid) == 0;
+      if ((rc == 0 || top) && !r.header_bad) {
         struct ploop_delta *dl = delta_open(d->dir, path, PLOOP_OPEN_RDONLY | PLOOP_OPEN_ALLOW_DIRTY);
-        if (dl && dl->h.cluster_sectors != d->cluster_sectors) {
+        if (rc == 0 && dl && dl->h.cluster_sectors != d->cluster_sectors) {
           pos += (size_t)snprintf(msg + pos, pos < msglen ? msglen - pos : 0,
                                   "%s: cluster size %u sectors differs from the disk's %u\n", path,
                                   dl->h.cluster_sectors, d->cluster_sectors);
           result = 1;
         }
+        if (top && dl && dl->h.size_sectors != d->size_sectors) {
+          int fixed = size_fix(d, dl->h.size_sectors, flags);
+          pos += (size_t)snprintf(msg + pos, pos < msglen ? msglen - pos : 0,
+                                  "%s: Disk_size %llu sectors disagrees with the top image (%llu sectors)%s\n",
+                                  d->dir, (unsigned long long)d->size_sectors,
+                                  (unsigned long long)dl->h.size_sectors, fixed == 0 ? ": repaired" : "");
+          if (fixed == 0)
+            d->size_sectors = dl->h.size_sectors;
+          else
+            result = fixed < 0 ? -1 : 1;
+        }
         delta_close(dl, false);
+        if (result < 0)
+          break;
       }
     }
     free(path);

@@ -229,8 +229,12 @@ int ploop_convert_format(const char *dir_or_xml, bool to_raw)
   if (to_raw) {
     /* We hold the disk lock: the export must not take it again. */
     unsigned f = PLOOP_OPEN_RDONLY | PLOOP_OPEN_NO_LOCK | EXPORT_NEW_IN_DIR;
-    if (export_raw(d->dir, NULL, newpath, f, NULL, NULL, NULL) < 0)
+    if (export_raw(d->dir, NULL, newpath, f, NULL, NULL, NULL) < 0) {
+      /* A failed (or interrupted) copy leaves no half raw file behind. */
+      if (faccessat(AT_FDCWD, newpath, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+        ploop_unlink_file(d->dir, newpath);
       goto out;
+    }
   } else {
     src = delta_open_raw(d->dir, oldpath, d->cluster_sectors, false);
     struct ploop_delta_create_params p = {.size_bytes = d->size_sectors * 512,

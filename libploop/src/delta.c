@@ -59,6 +59,10 @@ static int validate_create_params(const char *path, const struct ploop_delta_cre
   uint64_t sectors = round_up(div_round_up(p->size_bytes, 512), cs);
   if (version == 1 && sectors > UINT32_MAX)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format v1 is limited to 2 TiB", path);
+  if (sectors / cs > PLOOP_MAX_BAT_ENTRIES)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL,
+                       "%s: %llu clusters of %u KiB exceed the %llu-entry BAT limit; use bigger clusters", path,
+                       (unsigned long long)(sectors / cs), cs / 2, PLOOP_MAX_BAT_ENTRIES);
   *cs_out = cs;
   *sectors_out = sectors;
   *version_out = version;
@@ -163,6 +167,8 @@ static int validate_header(const char *path, const struct ploop_header_host *h, 
     return corrupt(path, "invalid cluster size %llu sectors", cs, 0);
   if (h->bat_entries == 0)
     return corrupt(path, "BAT has no entries", 0, 0);
+  if (h->bat_entries > PLOOP_MAX_BAT_ENTRIES)
+    return corrupt(path, "BAT of %llu entries is over the limit of %llu", h->bat_entries, PLOOP_MAX_BAT_ENTRIES);
   if (h->size_sectors == 0)
     return corrupt(path, "virtual size is zero", 0, 0);
   if (h->version == 2 && h->first_block % cs)
@@ -180,6 +186,13 @@ static int validate_header(const char *path, const struct ploop_header_host *h, 
   if ((uint64_t)h->first_block * 512 < bat_end)
     return corrupt(path, "first data block at sector %llu overlaps the BAT (ends at byte %llu)",
                    h->first_block, bat_end);
+  /* Open reads the whole header area into memory: a data start past the
+   * cluster the BAT ends in (no writer leaves such a gap) would make a
+   * 32 KiB file cost up to 2 TiB of memory. */
+  uint64_t area_end = round_up(bat_end, (uint64_t)cs * 512);
+  if ((uint64_t)h->first_block * 512 > area_end)
+    return corrupt(path, "first data block at sector %llu lies past the end of the BAT area (sector %llu)",
+                   h->first_block, area_end / 512);
   if (file_size < (uint64_t)h->first_block * 512 && file_size < round_up(bat_end, 512))
     return corrupt(path, "file truncated: %llu bytes, the BAT needs %llu", file_size, bat_end);
   if (h->flags & PLOOP_CIF_FMT_CONVERT)
@@ -410,6 +423,8 @@ int delta_set_in_use(struct ploop_delta *d, bool in_use)
   d->h.in_use = in_use ? PLOOP_IN_USE : PLOOP_CLEAN_V20;
   if (in_use)
     d->h.flags &= ~PLOOP_CIF_EMPTY;
+  else if (delta_count_allocated(d) == 0)
+    d->h.flags |= PLOOP_CIF_EMPTY; /* OpenVZ's check wants it on a delta with no clusters */
   /* The format extension (CBT) is dropped, as ploop does on mount. */
   d->h.ext_offset = 0;
   return delta_write_header(d);

@@ -97,6 +97,15 @@ int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags)
     }
   }
   struct ploop_delta *top = disk->deltas[0];
+  /* The descriptor and the top's header must agree on the size (OpenVZ
+   * refuses too); a resize killed between the two is repaired by check -F. */
+  if (!guid && !top->raw && top->h.size_sectors != desc->size_sectors) {
+    ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
+                "%s: Disk_size %llu sectors in %s disagrees with %s (%llu sectors); 'ploop check -F' repairs it",
+                disk->dir, (unsigned long long)desc->size_sectors, PLOOP_DESCRIPTOR_NAME, top->path,
+                (unsigned long long)top->h.size_sectors);
+    goto fail;
+  }
   disk->cluster_bytes = (uint64_t)desc->cluster_sectors * 512;
   disk->size_bytes = top->raw ? desc->size_sectors * 512 : top->h.size_sectors * 512;
   if (top->raw && disk->size_bytes > top->raw_bytes)

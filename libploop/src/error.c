@@ -1,4 +1,6 @@
 /* Per-thread error state: the one error convention of libploop. */
+#include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,4 +68,28 @@ int ploop_error_wrap(const char *fmt, ...)
   error_msg[pl + 2 + ol] = 0;
   errno = error_errno;
   return -1;
+}
+
+/* The one process-wide flag: a signal handler has no other way to reach
+ * the operation running in the thread it interrupted. */
+static volatile sig_atomic_t cancel_requested;
+
+void ploop_cancel(void)
+{
+  cancel_requested = 1;
+}
+void ploop_cancel_reset(void)
+{
+  cancel_requested = 0;
+}
+bool ploop_cancelled(void)
+{
+  return cancel_requested != 0;
+}
+
+int ploop_cancel_check(void)
+{
+  if (!cancel_requested)
+    return 0;
+  return ploop_error(PLOOP_ERR_CANCELLED, EINTR, "interrupted");
 }

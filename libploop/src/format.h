@@ -22,6 +22,12 @@
 #define PLOOP_ZERO_INDEX 0xFFFFFFFFu /* reserved by the kernel; never valid */
 /* ploop's library limit on the virtual size (50 TiB). */
 #define PLOOP_MAX_VIRTUAL_BYTES (50ull << 40)
+/* The whole BAT is held in memory while a delta is open: at most 2^28
+ * entries (1 GiB). Only small clusters meet it below 50 TiB (32 KiB
+ * clusters: 8 TiB); refused at create and resize (bad parameter), and at
+ * open, check and stream receive (corrupt), so that a header cannot make
+ * us allocate more. */
+#define PLOOP_MAX_BAT_ENTRIES (1ull << 28)
 
 struct ploop_header {
   char signature[16];

@@ -20,6 +20,8 @@
 /* Sets the thread's error: status class, errno value, printf message. Returns -1. */
 int ploop_error(int status, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prepends "CONTEXT: " to the current message (keeps status and errno). */
+/* -1 with PLOOP_ERR_CANCELLED set once ploop_cancel() was called, else 0. */
+int ploop_cancel_check(void);
 int ploop_error_wrap(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Shorthand: an OS call failed on PATH. */
 #define ploop_error_os(path, what)                                                                           \
@@ -43,6 +45,8 @@ static inline uint64_t min_u64(uint64_t a, uint64_t b)
   return a < b ? a : b;
 }
 void *ploop_aligned_alloc(size_t len); /* zeroed, PLOOP_ALIGN-aligned; sets error on failure */
+/* The same, not zeroed: for buffers filled before use (no page faults up front). */
+void *ploop_aligned_alloc_uninit(size_t len);
 bool ploop_is_zero(const void *buf, size_t len);
 int ploop_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *path);
 int ploop_pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const char *path);

@@ -8,6 +8,48 @@
 #include "internal.h"
 #include "io.h"
 
+/* One idle context kept for the next aio_init: io_destroy waits for an RCU
+ * grace period (30-40 ms on a busy host), which a migration paid twice per
+ * round (send and receive) inside its frozen window. Process-wide and at
+ * most one, so threads that come and go leave at most one context behind;
+ * only a context with nothing in flight is kept. */
+static struct {
+  io_context_t ctx;
+  unsigned depth;
+  pid_t pid; /* a context belongs to its process's memory: a forked child gets none */
+} idle_ctx;
+static pthread_mutex_t idle_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static bool take_idle(unsigned depth, io_context_t *ctx, unsigned *ctx_depth)
+{
+  bool got = false;
+  pthread_mutex_lock(&idle_mu);
+  if (idle_ctx.ctx && idle_ctx.pid != getpid())
+    idle_ctx.ctx = 0;
+  if (idle_ctx.ctx && idle_ctx.depth >= depth) {
+    *ctx = idle_ctx.ctx;
+    *ctx_depth = idle_ctx.depth;
+    idle_ctx.ctx = 0;
+    got = true;
+  }
+  pthread_mutex_unlock(&idle_mu);
+  return got;
+}
+
+static bool keep_idle(io_context_t ctx, unsigned depth)
+{
+  bool kept = false;
+  pthread_mutex_lock(&idle_mu);
+  if (!idle_ctx.ctx || idle_ctx.pid != getpid()) {
+    idle_ctx.ctx = ctx;
+    idle_ctx.depth = depth;
+    idle_ctx.pid = getpid();
+    kept = true;
+  }
+  pthread_mutex_unlock(&idle_mu);
+  return kept;
+}
+
 int aio_init(struct ploop_aio *a, unsigned depth)
 {
   memset(a, 0, sizeof *a);
@@ -20,6 +62,9 @@ int aio_init(struct ploop_aio *a, unsigned depth)
     aio_destroy(a);
     return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
   }
+  if (take_idle(depth, &a->ctx, &a->ctx_depth))
+    return 0;
+  a->ctx_depth = depth;
   int rc = io_setup((int)depth, &a->ctx);
   if (rc < 0) {
     a->ctx = 0;
@@ -31,7 +76,8 @@ int aio_init(struct ploop_aio *a, unsigned depth)
 
 void aio_destroy(struct ploop_aio *a)
 {
-  if (a->ctx)
+  /* io_destroy also waits for requests still in flight: only an idle one is kept */
+  if (a->ctx && (a->inflight || a->n || !keep_idle(a->ctx, a->ctx_depth)))
     io_destroy(a->ctx);
   free(a->cbs);
   free(a->ptrs);
@@ -65,7 +111,8 @@ static int aio_check_event(struct ploop_aio *a, const struct io_event *ev, bool 
   bool is_write = cb->aio_lio_opcode == IO_CMD_PWRITE;
   if (res < 0) {
     if (report)
-      ploop_error(PLOOP_ERR_IO, (int)-res, "%s: %s at %lld: %s", a->paths[idx], is_write ? "write" : "read",
+      ploop_error(is_write ? PLOOP_ERR_IO : PLOOP_ERR_READ, (int)-res, "%s: %s at %lld: %s", a->paths[idx],
+                  is_write ? "write" : "read",
                   cb->u.c.offset, strerror((int)-res));
     return -1;
   }
@@ -100,6 +147,7 @@ int aio_run(struct ploop_aio *a)
       continue;
     if (rc < 0) {
       err = ploop_error(PLOOP_ERR_IO, -rc, "io_getevents: %s", strerror(-rc));
+      a->inflight = submitted - done; /* still out: io_destroy must wait for them */
       break;
     }
     for (int i = 0; i < rc; i++)

@@ -15,6 +15,7 @@
 struct ploop_aio {
   io_context_t ctx;
   unsigned depth, n;
+  unsigned ctx_depth; /* what io_setup was asked for: a reused context may hold more than DEPTH */
   unsigned inflight; /* streaming use: started and not yet reaped */
   struct iocb *cbs;
   struct iocb **ptrs;

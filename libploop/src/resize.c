@@ -102,6 +102,10 @@ int delta_set_size(struct ploop_delta *d, uint64_t size_sectors, bool force)
                        d->path, (unsigned long long)sectors * 512);
   if (d->h.version == 1 && sectors > UINT32_MAX)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: format v1 is limited to 2 TiB", d->path);
+  if (entries > PLOOP_MAX_BAT_ENTRIES)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL,
+                       "%s: %llu clusters exceed the %llu-entry BAT limit; use bigger clusters", d->path,
+                       (unsigned long long)entries, PLOOP_MAX_BAT_ENTRIES);
   uint64_t old_entries = d->h.bat_entries;
   if (entries < old_entries) {
     uint64_t lost = 0;
@@ -163,6 +167,10 @@ int ploop_disk_resize(struct ploop_disk *disk, uint64_t new_bytes, unsigned flag
     return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: resize needs the disk open read-write", disk->dir);
   if (new_bytes == 0)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: size must be greater than zero", disk->dir);
+  /* Before any rounding: a size near 2^64 would wrap to a tiny one. */
+  if (new_bytes > PLOOP_MAX_VIRTUAL_BYTES)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: bad size %llu bytes: exceeds the 50 TiB limit", disk->dir,
+                       (unsigned long long)new_bytes);
   disk_lock_exclusive(disk);
   int rc = -1;
   struct ploop_delta *top = disk->deltas[0];

@@ -58,7 +58,7 @@ int stream_header_decode(const struct ploop_stream_header *raw, struct stream_he
   if (h->version != PLOOP_STREAM_VERSION)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: version %u is not supported (this is %u)",
                        h->version, PLOOP_STREAM_VERSION);
-  if (le64toh(raw->checksum) != stream_hash(raw, offsetof(struct ploop_stream_header, checksum)))
+  if (!stream_sum_ok(le64toh(raw->checksum), stream_hash(raw, offsetof(struct ploop_stream_header, checksum))))
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: checksum mismatch");
   if (le32toh(raw->header_bytes) != sizeof *raw)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: size %u, expected %zu",
@@ -73,6 +73,9 @@ int stream_header_decode(const struct ploop_stream_header *raw, struct stream_he
   if (h->virtual_bytes == 0 || h->virtual_bytes % 512 || h->virtual_bytes > PLOOP_MAX_VIRTUAL_BYTES)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: bad virtual size %llu",
                        (unsigned long long)h->virtual_bytes);
+  if (div_round_up(h->virtual_bytes, h->cluster_bytes) > PLOOP_MAX_BAT_ENTRIES)
+    return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: %llu bytes in %u-byte clusters exceed the BAT limit",
+                       (unsigned long long)h->virtual_bytes, h->cluster_bytes);
   if (h->flags & ~PLOOP_STREAM_KNOWN_FLAGS)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "stream: header: unknown flags 0x%x", h->flags);
   if (memcmp(raw->reserved, zero16, sizeof raw->reserved))
@@ -110,7 +113,7 @@ int stream_frame_decode(const struct ploop_stream_frame *raw, const struct strea
   if (le32toh(raw->magic) != PLOOP_FRAME_MAGIC)
     return BAD("bad frame magic", n);
   f->checksum = stream_hash(raw, offsetof(struct ploop_stream_frame, checksum));
-  if (le64toh(raw->checksum) != f->checksum)
+  if (!stream_sum_ok(le64toh(raw->checksum), f->checksum))
     return BAD("checksum mismatch", n);
   f->type = le16toh(raw->type);
   f->flags = le16toh(raw->flags);
@@ -174,7 +177,7 @@ static int wait_fd(int fd, short ev)
   }
   struct pollfd p = {.fd = fd, .events = ev};
   while (poll(&p, 1, -1) < 0)
-    if (errno != EINTR)
+    if (errno != EINTR || ploop_cancelled())
       return -1;
   return 0;
 }
@@ -200,12 +203,16 @@ int stream_writev_full(struct stream_fd *s, const void *a, size_t alen, const vo
   int cnt = blen ? 2 : 1;
   size_t left = alen + blen;
   while (left) {
+    if (ploop_cancel_check() < 0)
+      return -1;
     ssize_t w = write_some(s, v, cnt);
     if (w < 0) {
       if (errno == EINTR)
         continue;
       if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_fd(s->fd, POLLOUT) == 0)
         continue;
+      if (ploop_cancel_check() < 0)
+        return -1;
       return ploop_error(PLOOP_ERR_IO, errno, "stream: write: %s", strerror(errno));
     }
     s->bytes += (uint64_t)w;
@@ -227,13 +234,17 @@ int stream_read_full(struct stream_fd *s, void *buf, size_t len, const char *wha
 {
   uint8_t *p = buf;
   while (len) {
+    if (ploop_cancel_check() < 0)
+      return -1;
     ssize_t r = read(s->fd, p, len);
     if (r < 0) {
       if (errno == EINTR)
         continue;
       if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_fd(s->fd, POLLIN) == 0)
         continue;
-      return ploop_error(PLOOP_ERR_IO, errno, "stream: read: %s", strerror(errno));
+      if (ploop_cancel_check() < 0)
+        return -1;
+      return ploop_error(PLOOP_ERR_READ, errno, "stream: read: %s", strerror(errno));
     }
     if (r == 0)
       return ploop_error(PLOOP_ERR_CORRUPT, EPIPE, "stream: truncated in %s", what);

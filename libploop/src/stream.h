@@ -55,6 +55,16 @@ int stream_writev_full(struct stream_fd *s, const void *a, size_t alen, const vo
 /* Reads exactly LEN bytes; an early end of the stream is an error naming WHAT. */
 int stream_read_full(struct stream_fd *s, void *buf, size_t len, const char *what);
 
+/* True when a checksum read from the stream matches the one computed. A
+ * fuzzing build (tests/fuzz, FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) takes
+ * every checksum as matching, so the fuzzer reaches the decoding behind
+ * them; no other build defines that. */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+#define stream_sum_ok(got, want) ((void)(got), (void)(want), true)
+#else
+#define stream_sum_ok(got, want) ((got) == (want))
+#endif
+
 static inline uint64_t stream_hash(const void *p, size_t len)
 {
   return XXH3_64bits(p, len);

@@ -9,7 +9,7 @@
 
 #include "internal.h"
 
-void *ploop_aligned_alloc(size_t len)
+void *ploop_aligned_alloc_uninit(size_t len)
 {
   void *p = NULL;
   int rc = posix_memalign(&p, PLOOP_ALIGN, len ? round_up(len, PLOOP_ALIGN) : PLOOP_ALIGN);
@@ -17,7 +17,14 @@ void *ploop_aligned_alloc(size_t len)
     ploop_error(PLOOP_ERR_GENERIC, rc, "out of memory allocating %zu bytes", len);
     return NULL;
   }
-  memset(p, 0, len);
+  return p;
+}
+
+void *ploop_aligned_alloc(size_t len)
+{
+  void *p = ploop_aligned_alloc_uninit(len);
+  if (p)
+    memset(p, 0, len);
   return p;
 }
 
@@ -41,7 +48,7 @@ int ploop_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *pa
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      return ploop_error(PLOOP_ERR_IO, errno, "%s: read at %llu: %s", path, (unsigned long long)off,
+      return ploop_error(PLOOP_ERR_READ, errno, "%s: read at %llu: %s", path, (unsigned long long)off,
                          strerror(errno));
     }
     if (n == 0) /* past EOF reads as zeros (a truncated tail after a crash) */

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every benchmark (scripts/bench/*.sh but this file and common.sh) in
+# Runs every benchmark (scripts/bench/*.sh but this file and common.sh:
+# image, mount, nbd, container, criu, migrate) in
 # one run; each prints its own side-by-side table and ratios.
 set -uo pipefail
 cd "$(dirname "$0")" || exit 1

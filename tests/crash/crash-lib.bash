@@ -71,7 +71,7 @@ crash_loop() {
     # 1. No delta in the stack is corrupt; reading only, nothing repaired yet.
     lost=0
     for f in $(sed -n 's:.*<File>\(.*\)</File>.*:\1:p' "$disk/DiskDescriptor.xml"); do
-      if ! out=$("$PLOOP" check -f --ro "$disk/$f" 2>&1); then
+      if ! check_ro "$disk/$f"; then
         # After a power cut mid-conversion the BAT may be torn between units;
         # that state is flagged and kept recoverable by a backup of the BAT,
         # which check -F restores (step 3 then proves nothing was lost).
@@ -93,8 +93,8 @@ crash_loop() {
       echo "round $i: killed mid-conversion; the disk is refused until repaired, as it should be"
     fi
     # 3. Repair (clears the in-use mark) and the data is still the same.
-    out=$("$PLOOP" check -F "$disk" 2>&1) ||
-      fail "round $i (seed $seed): ploop check -F: $out"
+    out=$("$PLOOP" check -F -d "$disk" 2>&1) ||
+      fail "round $i (seed $seed): ploop check -F -d: $out"
     out=$("$WRITER" verify "$disk" "$log" "$base" --commit 2>&1) ||
       fail "round $i (seed $seed): data check after repair: $out"
     # 4. A second opinion from qemu's parallels driver: leaks (exit 3) are the

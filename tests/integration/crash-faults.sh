@@ -64,7 +64,7 @@ check_deltas() {
   local f out
   for f in $(deltas); do
     [[ -e $D/$f ]] || fail "$1: the descriptor names $f, which does not exist"
-    if ! out=$($PLOOP check -f --ro "$D/$f" 2>&1); then
+    if ! check_ro "$D/$f"; then
       [[ -e $D/$f.convert-backup && $out == *"conversion was interrupted"* ]] ||
         fail "$1: $f is corrupt: $out"
     fi

@@ -56,7 +56,7 @@ for ((i = 1; i <= 12; i++)); do
   [[ $(echo "$files" | wc -l) -eq 2 ]] && mid=$((mid + 1))
   for f in $files; do
     [[ -f $d/$f ]] || fail "round $i (${delay} ms): the descriptor names $f, which does not exist"
-    out=$("$PLOOP" check -f --ro "$d/$f" 2>&1) || fail "round $i (${delay} ms): $f: $out"
+    check_ro "$d/$f" || fail "round $i (${delay} ms): $f: $out"
   done
   "$PLOOP" check -F -d "$d" >/dev/null 2>&1 || fail "round $i (${delay} ms): repair failed"
   rm -f "$TMP/out.raw"

@@ -36,3 +36,12 @@ expect_fail() {
 }
 # Checksum of a file's bytes.
 sum() { sha256sum "$1" | cut -d' ' -f1; }
+
+# check_ro PATH: `ploop check -f --ro PATH`, its output in $out. True when the
+# image is clean or only marked in use (exit 37, SYSEXIT_PLOOPINUSE: what a
+# killed writer leaves behind); any other exit (11 corrupt, 4 cannot open) is false.
+check_ro() {
+  local rc=0
+  out=$("$PLOOP" check -f --ro "$1" 2>&1) || rc=$?
+  [[ $rc -eq 0 || $rc -eq 37 ]]
+}

@@ -113,9 +113,10 @@ start_receiver() {
   # A wrapper outside our job table (a killed job would print "Killed" into
   # whatever stderr the test has then) records the receiver's pid and status.
   rm -f "$TMP/recv.pid" "$TMP/recv.rc"
-  setsid -f sh -c 'nsenter --net=/run/netns/"$1" "$2" --root "$3" receive --listen "$4" --once --timeout "$5" \
+  # $RECV_ARGS: more receive options (word-split), e.g. --auth FILE
+  setsid -f sh -c 'nsenter --net=/run/netns/"$1" "$2" --root "$3" receive --listen "$4" --once --timeout "$5" $7 \
     >"$6/recv.out" 2>"$6/recv.err" & echo $! >"$6/recv.pid.tmp"; mv "$6/recv.pid.tmp" "$6/recv.pid"; wait $!; echo $? >"$6/recv.rc.tmp"; mv "$6/recv.rc.tmp" "$6/recv.rc"' \
-    sh "$NS_B" "$PLOOP_CONTAINER" "$DST" "$listen" "${MIG_TIMEOUT:-5}" "$TMP" 2>/dev/null
+    sh "$NS_B" "$PLOOP_CONTAINER" "$DST" "$listen" "${MIG_TIMEOUT:-5}" "$TMP" "${RECV_ARGS:-}" 2>/dev/null
   local j
   for j in $(seq 100); do [[ -s $TMP/recv.pid ]] && break; sleep 0.05; done
   RECV_PID=$(cat "$TMP/recv.pid")

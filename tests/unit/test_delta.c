@@ -142,6 +142,7 @@ Test(delta, create_rejects_bad_parameters)
       {1 << 20, 0, 3, "unknown version"},
       {3ull << 40, 0, 1, "v1 limited to 2 TiB"},
       {51ull << 40, 0, 2, "over the 50 TiB limit"},
+      {(8ull << 40) + (32 << 10), 64, 2, "over 2^28 BAT entries (32 KiB clusters past 8 TiB)"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     const char *p = tpath("bad%zu.hds", i);
@@ -375,6 +376,38 @@ Test(delta, rejects_bad_first_block_offset)
   expect_corrupt(p, "FirstBlockOffset 0");
   raw_put_le32(p, H_FIRST_BLOCK, 65); /* not a multiple of 64 */
   expect_corrupt(p, "unaligned FirstBlockOffset");
+}
+
+/* Found by tests/fuzz (fuzz_delta): open allocated and zeroed the whole
+ * claimed header area, up to 2 TiB for a 32 KiB file. */
+Test(delta, rejects_first_block_past_bat_area)
+{
+  const char *p = create(4 << 20, 64, 2);
+  raw_put_le32(p, H_FIRST_BLOCK, 128); /* a second, unused header cluster */
+  expect_corrupt(p, "FirstBlockOffset past the BAT's cluster");
+  raw_put_le32(p, H_FIRST_BLOCK, 0xFFFFFFC0u);
+  expect_corrupt(p, "FirstBlockOffset near 2 TiB");
+  struct ploop_check_report r;
+  cr_assert_eq(ploop_delta_check(p, PLOOP_CHECK_READONLY | PLOOP_CHECK_FORCE, &r), 1);
+  cr_assert(r.header_bad);
+  cr_assert(strstr(r.header_problem, "past the end of the BAT area"), "%s", r.header_problem);
+  raw_put_le32(p, H_FIRST_BLOCK, 64); /* back to what create wrote */
+  struct ploop_delta *d = ploop_delta_open(p, PLOOP_OPEN_RDONLY);
+  cr_assert_not_null(d, "%s", ploop_get_error());
+  OK(ploop_delta_close(d));
+}
+
+/* Found by tests/fuzz (fuzz_stream): 2^32 - 1 entries (a sparse file is
+ * enough to pass the size check) would be 16 GiB of BAT in memory. */
+Test(delta, rejects_bat_over_the_entry_limit)
+{
+  const char *p = create(4 << 20, 64, 2);
+  raw_put_le32(p, H_BAT_ENTRIES, (1u << 28) + 1);
+  expect_corrupt(p, "2^28 + 1 BAT entries");
+  struct ploop_check_report r;
+  cr_assert_eq(ploop_delta_check(p, PLOOP_CHECK_READONLY | PLOOP_CHECK_FORCE, &r), 1);
+  cr_assert(r.header_bad);
+  create(8ull << 40, 64, 2); /* exactly 2^28 entries: allowed (sparse; not opened, 1 GiB of BAT) */
 }
 
 Test(delta, rejects_bat_larger_than_header_area)

@@ -11,6 +11,7 @@
 #define CL (64u << 10)
 #define DISK_SIZE (4u << 20)
 #include "stack.h"
+#include "stream.h"
 
 static void stream_setup(void)
 {
@@ -406,4 +407,23 @@ Test(stream, send_to_a_closed_socket_is_an_error_not_a_signal)
   cr_assert_eq(ploop_send(test_dir, &o, sv[0], NULL), -1);
   cr_assert_eq(ploop_get_errno(), EPIPE, "%s", ploop_get_error());
   close(sv[0]);
+}
+
+/* Found by tests/fuzz (fuzz_stream): a 96-byte header claiming 50 TiB in
+ * 32 KiB clusters made the receiver allocate a 6.7 GB BAT. */
+Test(stream, header_over_the_bat_limit_is_refused)
+{
+  struct stream_header h = {.version = PLOOP_STREAM_VERSION, .cluster_bytes = 32768};
+  snprintf(h.guid, sizeof h.guid, "%s", "{11111111-2222-4333-8444-555555555555}");
+  snprintf(h.base_guid, sizeof h.base_guid, "%s", PLOOP_NULL_GUID);
+  struct ploop_stream_header raw;
+  struct stream_header out;
+  h.virtual_bytes = 8ull << 40; /* 2^28 clusters: the most a delta may have */
+  stream_header_encode(&h, &raw);
+  cr_assert_eq(stream_header_decode(&raw, &out), 0, "%s", ploop_get_error());
+  h.virtual_bytes = 50ull << 40;
+  stream_header_encode(&h, &raw);
+  cr_assert_eq(stream_header_decode(&raw, &out), -1);
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_CORRUPT);
+  cr_assert(strstr(ploop_get_error(), "BAT limit"), "%s", ploop_get_error());
 }

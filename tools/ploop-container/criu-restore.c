@@ -287,6 +287,35 @@ static int run_criu_restore(const char *name, const char *criu_bin, const char *
 
 /* The monitor of a restored container. Returns its exit status, or -1
  * (with the error sent on READY_FD) when the restore failed. */
+/* On a hybrid host CRIU puts the restored tree back into the groups of the
+ * controllers it was told to manage (memory, pids, freezer) but leaves the
+ * others and the controller-less v2 tree (where cgroup.kill and tracking
+ * live) at the root. Frozen meanwhile, every task of the freezer group
+ * joins all of the container's groups; a task forked meanwhile would else
+ * stay behind. */
+static int adopt_restored_tree(const struct ct_cgroup *cg)
+{
+  if (cg->mode != CG_HYBRID || !cg->freezer)
+    return 0;
+  if (cg_freeze(cg, true) < 0)
+    return -1;
+  char buf[65536];
+  cleanup_free char *procs = xasprintf("%s/cgroup.procs", cg->freezer);
+  int rc = read_file(procs, buf, sizeof buf);
+  for (char *s = buf; rc >= 0 && *s;) {
+    char *end;
+    long pid = strtol(s, &end, 10);
+    if (end == s)
+      break;
+    if (pid > 0 && cg_attach(cg, (pid_t)pid) < 0 && kill((pid_t)pid, 0) == 0)
+      rc = -1;  /* a task that exited meanwhile is no failure */
+    s = *end ? end + 1 : end;
+  }
+  if (cg_freeze(cg, false) < 0)
+    rc = -1;
+  return rc < 0 ? ct_wrap("move the restored processes into their cgroups") : 0;
+}
+
 static int restore_monitor(const char *name, const char *criu_bin, const char *dir,
                            const struct criu_meta *m, bool lazy, int ready_fd)
 {
@@ -319,6 +348,11 @@ static int restore_monitor(const char *name, const char *criu_bin, const char *d
   uint64_t cpu = 0;
   if (run_criu_restore(name, criu_bin, dir, m, &cg, &old, lazy, &init, &cpu) < 0)
     goto fail;
+  if (adopt_restored_tree(&cg) < 0) {
+    kill(init, SIGKILL);
+    waitpid(init, NULL, 0);
+    goto fail;
+  }
   char msg[64];
   snprintf(msg, sizeof msg, "t%" PRIu64 " %" PRIu64 "\n", now_ns() - t0, cpu);
   tell(ready_fd, msg);
@@ -384,6 +418,12 @@ int ct_restore(const char *name, const char *criu_bin, const char *images_dir, b
       _exit(1);
     close(in);
     close(out);
+    /* A caller's sockets (a migration's connection and listener) are not
+     * the monitor's: kept open they would outlive the caller in the
+     * container's monitor and keep the peer's connection up. */
+    for (int fd = 3; fd < 1024; fd++)
+      if (fd != lock && fd != pfd[1])
+        close(fd);
     int rc = restore_monitor(name, criu_bin, dir, &m, lazy_pages, pfd[1]);
     _exit(rc < 0 ? 1 : rc);
   }

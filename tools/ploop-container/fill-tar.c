@@ -54,6 +54,9 @@ static uint64_t tar_number(const char *f, size_t len)
 
 static bool checksum_ok(const struct tar_header *h)
 {
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+  return true; /* tests/fuzz: reach the extraction behind the sum; no other build defines it */
+#endif
   const unsigned char *b = (const unsigned char *)h;
   uint64_t sum = 0;
   for (size_t i = 0; i < 512; i++)

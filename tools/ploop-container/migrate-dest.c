@@ -20,9 +20,11 @@
 #include "attach.h"
 #include "container.h"
 #include "control.h"
+#include "criu.h"
 #include "disk.h"
 #include "error.h"
 #include "libploop.h"
+#include "migrate-images.h"
 #include "migrate-internal.h"
 #include "migrate-proto.h"
 #include "util.h"
@@ -39,7 +41,15 @@ struct dst {
   int lock;
   bool created, mounted, ready, final_seen;
   unsigned next_round;
+  char *criu_bin;       /* offered by the source and working here */
+  char criu_why[256];   /* else why not */
+  bool criu;            /* images received: restore instead of a restart */
+  char *images;         /* ROOT/NAME/migration-images */
+  uint64_t image_bytes;
+  unsigned image_files;
 };
+
+#define MIG_MAX_IMAGE_BYTES (16ull << 30)
 
 static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
@@ -97,8 +107,9 @@ static int parse_hello(struct dst *d, const char *h)
     return ct_fail(0, "protocol error: bad mode");
   if (mig_kv_u64(h, "criu", &v) < 0)
     return -1;
-  if (v)
-    return ct_fail(0, "CRIU images are not supported by this receiver");
+  if (v && strcmp(d->mode, "online") == 0 &&
+      ct_criu_find(NULL, &d->criu_bin, d->criu_why, sizeof d->criu_why) < 0)
+    d->criu_bin = NULL;  /* WELCOME says criu=0 and why: the source restarts the command instead */
   if (mig_kv_u64(h, "argc", &v) < 0)
     return -1;
   if (v && ct_runargs_parse(h, &d->ra) < 0)
@@ -126,7 +137,16 @@ static int claim(struct dst *d)
     return -1;
   snprintf(d->rec.role, sizeof d->rec.role, "dest");
   snprintf(d->rec.phase, sizeof d->rec.phase, "receiving");
-  return mig_record_save(d->name, &d->rec, false);
+  if (mig_record_save(d->name, &d->rec, false) < 0)
+    return -1;
+  /* Made now, not in the frozen window: mount point, command. The config
+   * (what makes it a container others may start) waits for PREPARE. A
+   * failure removes it all with the rest. */
+  if (mkdir(d->mnt, 0755) < 0 && errno != EEXIST)
+    return ct_fail(errno, "mkdir %s", d->mnt);
+  if (d->ra.argc && ct_runargs_save(d->name, &d->ra.o, d->ra.argv) < 0)
+    return -1;
+  return 0;
 }
 
 static int on_round(struct dst *d, const char *msg)
@@ -146,37 +166,60 @@ static int on_round(struct dst *d, const char *msg)
     return ct_fail(0, "round %" PRIu64 ": the stream carried %s, announced %s", round, got, guid);
   d->next_round++;
   d->final_seen = final != 0;
-  cleanup_free char *ack =
-      xasprintf("round=%" PRIu64 "\nguid=%s\nbytes=%" PRIu64 "\n", round, got, st.bytes);
+  /* the round's snapshot is the migration's, merged away after COMMIT */
+  if (d->rec.n_snaps < sizeof d->rec.snaps / sizeof d->rec.snaps[0])
+    snprintf(d->rec.snaps[d->rec.n_snaps++], sizeof d->rec.snaps[0], "%s", got);
+  cleanup_free char *ack = xasprintf("round=%" PRIu64 "\nguid=%s\nbytes=%" PRIu64 "\nreceive_ms=%.1f\n",
+                                     round, got, st.bytes, st.seconds * 1e3);
   return mig_send_text(d->fd, MIG_ROUND_ACK, ack);
 }
 
 /* Everything but the start: config, the disk mounted, the command saved. */
-static int on_prepare(struct dst *d)
+static int on_file(struct dst *d, const char *msg)
 {
+  if (!d->criu_bin || !d->final_seen || d->ready)
+    return ct_fail(0, "protocol error: CRIU image %s", d->criu_bin ? "out of turn" : "not offered");
+  if (!d->images) {
+    d->images = ct_path(d->name, "migration-images");
+    if (mkdir(d->images, 0700) < 0)
+      return ct_fail(errno, "mkdir %s", d->images);
+  }
+  if (mig_recv_image(d->fd, d->images, msg, MIG_MAX_IMAGE_BYTES, &d->image_bytes) < 0)
+    return -1;
+  d->image_files++;
+  return 0;
+}
+
+static int on_prepare(struct dst *d, const char *msg)
+{
+  uint64_t t0 = now_ns();
   if (!d->final_seen)
     return ct_fail(0, "protocol error: PREPARE before the final round");
+  uint64_t criu = 0;
+  mig_kv_u64(msg, "criu", &criu);
+  if (criu && !d->image_files)
+    return ct_fail(0, "protocol error: PREPARE with criu=1 but no CRIU images");
+  d->criu = criu != 0;
   if (ct_config_save(&d->cfg) < 0)
     return -1;
-  if (mkdir(d->mnt, 0755) < 0 && errno != EEXIST)
-    return ct_fail(errno, "mkdir %s", d->mnt);
-  if (d->ra.argc) {
+  /* a restore mounts the disk itself (its monitor owns the mount) */
+  if (d->ra.argc && !d->criu) {
     if (disk_mount(d->diskdir, d->mnt) < 0)
       return -1;
     d->mounted = true;
-    if (ct_runargs_save(d->name, &d->ra.o, d->ra.argv) < 0)
-      return -1;
   }
   snprintf(d->rec.phase, sizeof d->rec.phase, "ready");
   if (mig_record_save(d->name, &d->rec, false) < 0)
     return -1;
   d->ready = true;
-  return mig_send_text(d->fd, MIG_READY, "");
+  char ready[48];
+  snprintf(ready, sizeof ready, "attach_ms=%.1f\n", (double)(now_ns() - t0) / 1e6);
+  return mig_send_text(d->fd, MIG_READY, ready);
 }
 
 /* The temporary snapshots go, online through the container's daemon, by a
  * detached process: the receiver answers at once. */
-static void merge_in_background(const char *diskdir)
+static void merge_in_background(const char *name, const char *diskdir, const struct mig_record *rec)
 {
   pid_t pid = fork();
   if (pid != 0) {
@@ -189,17 +232,10 @@ static void merge_in_background(const char *diskdir)
   setsid();
   for (int fd = 3; fd < 1024; fd++)
     close(fd);
-  int cfd = ploop_ctl_connect(diskdir);
-  int rc;
-  if (cfd >= 0) {
-    close(cfd);
-    rc = ploop_ctl_merge(diskdir, NULL, true);
-  } else {
-    rc = ploop_snapshot_merge(diskdir, NULL, true, NULL, NULL);
-  }
+  int rc = mig_merge_back(name, rec);
   if (rc < 0)
     fprintf(stderr, "ploop-container: merge of the migration's snapshots in %s failed: %s\n", diskdir,
-            cfd >= 0 ? ploop_ctl_error() : ploop_get_error());
+            ct_error());
   _exit(rc < 0);
 }
 
@@ -207,26 +243,50 @@ static int on_commit(struct dst *d)
 {
   if (!d->ready)
     return ct_fail(0, "protocol error: COMMIT before READY");
+  uint64_t t0 = now_ns();
   snprintf(d->rec.phase, sizeof d->rec.phase, "committed");
   if (mig_record_save(d->name, &d->rec, true) < 0)
     return -1;  /* not recorded: not committed, the source keeps it */
   d->created = false;  /* ours to keep from here on, whatever happens */
   cleanup_free char *ans = NULL;
-  if (d->ra.argc) {
+  char criu_err[600] = "";
+  bool restored = false;
+  if (d->ra.argc && d->criu) {
+    /* ct_restore takes the container's lock itself, for its monitor */
+    close(d->lock);
+    d->lock = -1;
+    restored = ct_restore(d->name, d->criu_bin, d->images, false, NULL) == 0;
+    if (!restored) {
+      snprintf(criu_err, sizeof criu_err, "%s", ct_error());
+      fprintf(stderr, "ploop-container: %s: CRIU restore failed, starting its command again: %s\n",
+              d->name, criu_err);
+      /* the disk holds the frozen state: the command runs on it as after a restart */
+      d->lock = ct_lock(d->name);
+    }
+    mig_remove_tree(d->images);
+  }
+  if (d->ra.argc && !restored) {
+    bool adopt = d->mounted;
     d->mounted = false;  /* the monitor owns the mount now */
-    if (mig_start(d->name, d->lock, &d->ra, true) < 0) {
+    if (d->lock < 0 || mig_start(d->name, d->lock, &d->ra, adopt) < 0) {
       ans = xasprintf("state=stopped\nerror=%s\n", ct_error());
       fprintf(stderr, "ploop-container: %s committed but did not start: %s\n", d->name, ct_error());
     }
   }
+  for (char *c = criu_err; *c; c++)
+    if (*c == '\n')
+      *c = ' ';
   if (!ans)
-    ans = xasprintf("state=%s\n", d->ra.argc ? "running" : "stopped");
+    ans = xasprintf("state=%s\nstart_ms=%.1f\nrestored=%d\n%s%s%s", d->ra.argc ? "running" : "stopped",
+                    (double)(now_ns() - t0) / 1e6, restored, criu_err[0] ? "criu_error=" : "", criu_err,
+                    criu_err[0] ? "\n" : "");
   if (mig_send_text(d->fd, MIG_COMMITTED, ans) < 0)
     fprintf(stderr, "ploop-container: %s: committed, but the source did not get the answer: %s\n",
             d->name, ct_error());
-  close(d->lock);
+  if (d->lock >= 0)
+    close(d->lock);
   d->lock = -1;
-  merge_in_background(d->diskdir);
+  merge_in_background(d->name, d->diskdir, &d->rec);
   return 0;
 }
 
@@ -271,9 +331,28 @@ static void linger_close(int fd)
 }
 
 /* One connection. Returns 1 for a query, 0 committed, -1 failed. */
-static int serve(int fd, unsigned timeout_s)
+/* --auth: the source proves it holds the token before anything is made
+ * here (a wrong or missing proof: one ERROR line, then we close). */
+static int authenticate(int fd, const struct mig_auth *auth, const char *hello, char *cn, char *sn)
+{
+  if (!mig_kv(hello, "nonce", cn, MIG_NONCE_HEX + 1) || strlen(cn) != MIG_NONCE_HEX)
+    return ct_fail(0, "authentication required: the source gave no --auth token");
+  mig_auth_nonce(sn);
+  cleanup_free char *c = xasprintf("nonce=%s\n", sn);
+  cleanup_free char *a = NULL;
+  if (mig_send_text(fd, MIG_CHALLENGE, c) < 0 || mig_expect(fd, MIG_AUTH, &a, NULL) < 0)
+    return -1;
+  char proof[MIG_PROOF_HEX + 1], want[MIG_PROOF_HEX + 1];
+  mig_auth_proof(auth, "ploop-container-migrate source", cn, sn, want);
+  if (!mig_kv(a, "proof", proof, sizeof proof) || !mig_auth_equal(proof, want))
+    return ct_fail(0, "authentication failed: the source's --auth token differs");
+  return 0;
+}
+
+static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
 {
   struct dst d = {.fd = fd, .timeout_s = timeout_s, .lock = -1};
+  char cn[MIG_NONCE_HEX + 1] = "", sn[MIG_NONCE_HEX + 1] = "";
   unsigned t;
   char *msg = NULL;
   int rc = -1;
@@ -291,12 +370,25 @@ static int serve(int fd, unsigned timeout_s)
     mig_send_error(fd, ct_error());
     return -1;
   }
+  if (auth && authenticate(fd, auth, msg, cn, sn) < 0) {
+    free(msg);
+    msg = NULL;
+    mig_send_error(fd, ct_error());
+    linger_close(fd);
+    return -1;
+  }
   if (parse_hello(&d, msg) < 0 || claim(&d) < 0)
     goto fail;
   free(msg);
   msg = NULL;
-  char w[32];
-  snprintf(w, sizeof w, "version=%d\n", MIG_VERSION);
+  char w[600], proof[MIG_PROOF_HEX + 1] = "";
+  if (auth)
+    mig_auth_proof(auth, "ploop-container-migrate destination", cn, sn, proof);
+  for (char *c = d.criu_why; *c; c++)
+    if (*c == '\n')
+      *c = ' ';
+  snprintf(w, sizeof w, "version=%d\ncriu=%d\ncriu_why=%s\nproof=%s\n", MIG_VERSION, d.criu_bin != NULL,
+           d.criu_why, proof);
   if (mig_send_text(fd, MIG_WELCOME, w) < 0)
     goto fail;
   for (;;) {
@@ -307,7 +399,8 @@ static int serve(int fd, unsigned timeout_s)
     int r;
     switch (t) {
     case MIG_ROUND: r = on_round(&d, msg); break;
-    case MIG_PREPARE: r = on_prepare(&d); break;
+    case MIG_FILE: r = on_file(&d, msg); break;
+    case MIG_PREPARE: r = on_prepare(&d, msg); break;
     case MIG_COMMIT: r = on_commit(&d); break;
     default: r = ct_fail(0, "protocol error: unexpected %s", mig_type_name(t));
     }
@@ -317,6 +410,13 @@ static int serve(int fd, unsigned timeout_s)
       goto fail;
     if (t == MIG_COMMIT) {
       rc = 0;
+      /* DONE: the source's copy is gone, no --resolve can ask any more;
+       * the record goes (else it would block migrating the container on).
+       * Without DONE (lost, or the source died) it stays, as it must. */
+      if (mig_recv(fd, &t, &msg, NULL) == 0 && t == MIG_DONE)
+        mig_record_remove(d.name);
+      free(msg);
+      msg = NULL;
       break;
     }
   }
@@ -334,6 +434,8 @@ out:
   if (rc < 0 && d.created)
     discard(d.name);
   ct_runargs_free(&d.ra);
+  free(d.criu_bin);
+  free(d.images);
   free(d.dir);
   free(d.diskdir);
   free(d.mnt);
@@ -364,7 +466,7 @@ int migrate_recover_incoming(bool verbose)
   return 0;
 }
 
-int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s)
+int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s, const struct mig_auth *auth)
 {
   if (migrate_recover_incoming(false) < 0)
     return -1;
@@ -385,7 +487,7 @@ int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s)
       return ct_fail(errno, "accept on %s", listen_addr);
     }
     if (once) {
-      int rc = serve(fd, timeout_s);
+      int rc = serve(fd, timeout_s, auth);
       close(fd);
       if (rc == 1)
         continue;
@@ -396,7 +498,7 @@ int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s)
     if (pid == 0) {
       close(lfd);
       signal(SIGCHLD, SIG_DFL);
-      int rc = serve(fd, timeout_s);
+      int rc = serve(fd, timeout_s, auth);
       if (rc < 0)
         fprintf(stderr, "ploop-container: %s\n", ct_error());
       _exit(rc < 0);

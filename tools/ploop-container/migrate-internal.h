@@ -14,6 +14,10 @@ int mig_start(const char *name, int lock, const struct ct_runargs *ra, bool adop
 /* Test hook: runs $PLOOP_MIGRATE_HOOK when PHASE is $PLOOP_MIGRATE_HOOK_PHASE,
  * so tests cause real faults (link down, kill, full disk) at an exact phase. */
 void mig_test_hook(const char *phase);
+/* Merges each of M's snapshots (the migration's temporary ones) into its
+ * child, online through the disk's daemon when it is served: the user's
+ * own snapshots stay. */
+int mig_merge_back(const char *name, const struct mig_record *m);
 /* Recursive removal that never crosses a mount point. */
 int mig_remove_tree(const char *dir);
 /* Bytes of messages and streams written by this process. */

@@ -27,7 +27,7 @@ const char *mig_type_name(unsigned t)
 {
   static const char *names[] = {"?",     "HELLO",   "WELCOME", "ERROR", "ROUND",
                                 "ROUND_ACK", "FILE", "DATA",   "PREPARE", "READY",
-                                "COMMIT", "COMMITTED", "QUERY", "STATUS"};
+                                "COMMIT", "COMMITTED", "QUERY", "STATUS", "CHALLENGE", "AUTH", "DONE"};
   return t < sizeof names / sizeof names[0] ? names[t] : "?";
 }
 
@@ -279,11 +279,11 @@ void mig_send_error(int fd, const char *msg)
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   char keep[1200];  /* MSG is usually the current error, which a failed send would replace */
   snprintf(keep, sizeof keep, "%s", msg);
-  int code = ct_error_code();
+  int saved_code = ct_error_code();
   size_t n = strlen(keep);
   if (mig_send(fd, MIG_ERROR, keep, n) < 0) {
     ct_fail(0, "%s", keep);
-    ct_set_error_code(code);
+    ct_set_error_code(saved_code);
   }
 }
 

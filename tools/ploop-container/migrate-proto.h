@@ -28,6 +28,9 @@ enum mig_type {
   MIG_COMMITTED = 11,/* dst->src: state=running (or error=...) */
   MIG_QUERY = 12,    /* resolve: id= name= */
   MIG_STATUS = 13,   /* dst->src: state=committed|pending|unknown */
+  MIG_CHALLENGE = 14,/* dst->src after HELLO, with --auth: nonce= */
+  MIG_AUTH = 15,     /* src->dst: proof= (HMAC of the token over both nonces) */
+  MIG_DONE = 16,     /* src->dst: COMMITTED received and the source's copy gone: no doubt left */
 };
 
 const char *mig_type_name(unsigned type);

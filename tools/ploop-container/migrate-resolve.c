@@ -50,7 +50,7 @@ static int child_of(const char *diskdir, const char *g, char *child, size_t len)
 /* Merging the child of each temporary snapshot into it removes the
  * snapshot's name and keeps every state above (and any snapshot the user
  * had below) as it was. Online through the daemon when the disk is served. */
-static int merge_back(const char *name, const struct mig_record *m)
+int mig_merge_back(const char *name, const struct mig_record *m)
 {
   cleanup_free char *diskdir = ct_path(name, "disk");
   for (unsigned i = 0; i < m->n_snaps; i++) {
@@ -87,7 +87,7 @@ int mig_source_abort(const char *name, const struct mig_record *m)
       cg_free(&cg);
     }
   }
-  if (merge_back(name, m) < 0)
+  if (mig_merge_back(name, m) < 0)
     return -1;
   if (rc == 0)
     mig_record_remove(name);

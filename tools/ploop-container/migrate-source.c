@@ -12,15 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "attach.h"
 #include "cgroup.h"
 #include "container.h"
 #include "control.h"
+#include "criu.h"
 #include "disk.h"
 #include "error.h"
 #include "libploop.h"
+#include "migrate-images.h"
 #include "migrate-internal.h"
 #include "migrate-proto.h"
 #include "util.h"
@@ -36,6 +39,9 @@ struct src {
   bool running, frozen, stopped_offline;
   char since[PLOOP_UUID_LEN + 1];
   uint64_t t0, t_freeze;
+  char *criu_bin;    /* a working CRIU, offered to the destination */
+  bool use_criu;     /* the destination takes images: dump while frozen */
+  char images[128];  /* the dump, on tmpfs; removed at the end either way */
 };
 
 void mig_test_hook(const char *phase)
@@ -48,21 +54,13 @@ void mig_test_hook(const char *phase)
 
 static double ms_since(uint64_t t) { return (double)(now_ns() - t) / 1e6; }
 
-/* PLOOP_MIGRATE_TIMING=1: one stderr line with the steps of the downtime. */
-static struct {
-  uint64_t last;
-  char line[512];
-} timing;
-
-static void step(const char *name)
+/* Milliseconds since *T, and *T moved to now: consecutive phases. */
+static double lap(uint64_t *t)
 {
-  if (!getenv("PLOOP_MIGRATE_TIMING"))
-    return;
-  uint64_t t = now_ns();
-  size_t n = strlen(timing.line);
-  if (name && timing.last)
-    snprintf(timing.line + n, sizeof timing.line - n, " %s=%.1fms", name, (double)(t - timing.last) / 1e6);
-  timing.last = t;
+  uint64_t n = now_ns();
+  double ms = (double)(n - *t) / 1e6;
+  *t = n;
+  return ms;
 }
 
 /* One round: ROUND message, one disk stream of GUID (since the previous
@@ -76,7 +74,9 @@ static int send_round(struct src *s, unsigned round, const char *guid, bool fina
   if (mig_send_text(s->fd, MIG_ROUND, msg) < 0)
     return -1;
   mig_test_hook(phase);
-  struct ploop_send_opts so = {.guid = guid, .since = s->since[0] ? s->since : NULL};
+  /* --snapshots: the user's snapshots below arrive as snapshots with their
+   * GUIDs (round 0), so the destination lists the same ones */
+  struct ploop_send_opts so = {.guid = guid, .since = s->since[0] ? s->since : NULL, .snapshots = true};
   struct ploop_stream_stats st = {0};
   if (ploop_send(s->diskdir, &so, s->fd, &st) < 0)
     return ct_fail(0, "round %u: %s", round, ploop_get_error());
@@ -89,6 +89,9 @@ static int send_round(struct src *s, unsigned round, const char *guid, bool fina
     return ct_fail(0, "round %u: the destination acknowledged another round", round);
   if (guid && strcmp(g, guid) != 0)
     return ct_fail(0, "round %u: the destination holds %s, not %s", round, g, guid);
+  char ms[32];
+  if (final && mig_kv(ack, "receive_ms", ms, sizeof ms))
+    s->r->ph.dest_receive = strtod(ms, NULL);
   s->r->rounds[s->r->n_rounds++] = st.bytes;
   s->r->bytes_sent += st.bytes;
   snprintf(s->since, sizeof s->since, "%s", g);
@@ -133,32 +136,86 @@ static int live_rounds(struct src *s)
 
 static int frozen_round(struct src *s)
 {
+  struct mig_phases *ph = &s->r->ph;
   s->t_freeze = now_ns();
-  step(NULL);
+  uint64_t t = s->t_freeze;
   if (cg_freeze(&s->cg, true) < 0)
     return ct_wrap("freeze %s", s->o->name);
   s->frozen = true;
-  step("freeze");
+  ph->freeze = lap(&t);
   /* Every write the processes made reaches the loop device and, through
    * FUSE, the daemon; the snapshot then holds them (FIFREEZE inside
    * ploop_attach_snapshot leaves a clean journal). */
   cleanup_close int mfd = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (mfd < 0 || syncfs(mfd) < 0)
     return ct_fail(errno, "sync the filesystem of %s", s->o->name);
-  step("syncfs");
+  ph->sync = lap(&t);
   char guid[PLOOP_UUID_LEN + 1];
   if (ploop_attach_snapshot(s->mnt, NULL, guid) < 0)
     return ct_fail(0, "final snapshot: %s", ploop_get_error());
-  step("snapshot");
+  ph->snapshot = lap(&t);
   snprintf(s->rec.snaps[s->rec.n_snaps++], sizeof s->rec.snaps[0], "%s", guid);
   s->rec.was_frozen = true;
   /* not durable: an fsync here would be downtime; a crash now loses only
    * this snapshot's name, and the disk is whole either way */
   if (mig_record_save(s->o->name, &s->rec, false) < 0)
     return -1;
+  pid_t dumper = -1;
+  int epipe[2] = {-1, -1};
+  if (s->use_criu) {
+    /* The processes, while frozen, by a child beside the last disk stream
+     * (the two overlap); they stay frozen (leave running) so an abort only
+     * has to thaw them. */
+    snprintf(s->images, sizeof s->images, "/dev/shm/ploop-container-migrate.%s", s->rec.id);
+    if (pipe2(epipe, O_CLOEXEC) < 0)
+      return ct_fail(errno, "pipe");
+    dumper = fork();
+    if (dumper < 0) {
+      close(epipe[0]);
+      close(epipe[1]);
+      return ct_fail(errno, "fork");
+    }
+    if (dumper == 0) {
+      close(epipe[0]);
+      close(s->fd);
+      uint64_t t1 = now_ns();
+      int rc = ct_checkpoint(s->o->name, s->criu_bin, s->images, true, NULL);
+      char msg[1100];
+      int n = rc < 0 ? snprintf(msg, sizeof msg, "E%s", ct_error())
+                     : snprintf(msg, sizeof msg, "%.1f", (double)(now_ns() - t1) / 1e6);
+      if (write(epipe[1], msg, (size_t)n) < 0)
+        _exit(2);
+      _exit(rc < 0);
+    }
+    close(epipe[1]);
+  }
   int rc = send_round(s, s->r->n_rounds, guid, true);
-  step("round");
-  return rc;
+  if (dumper > 0) {
+    char msg[1100] = "";
+    ssize_t n;
+    while ((n = read(epipe[0], msg, sizeof msg - 1)) < 0 && errno == EINTR) {
+    }
+    close(epipe[0]);
+    msg[n > 0 ? n : 0] = 0;
+    while (waitpid(dumper, NULL, 0) < 0 && errno == EINTR) {
+    }
+    if (rc == 0 && msg[0] != 'E' && msg[0])
+      ph->checkpoint = strtod(msg, NULL);
+    else if (rc == 0)
+      rc = ct_fail(0, "CRIU dump: %s", msg[0] ? msg + 1 : "the dumping process died");
+  }
+  if (rc < 0)
+    return -1;
+  if (s->use_criu) {
+    unsigned files;
+    uint64_t bytes;
+    if (mig_send_images(s->fd, s->images, &files, &bytes) < 0)
+      return ct_wrap("send the CRIU images");
+    s->r->criu_bytes = bytes;
+    s->r->criu = true;
+  }
+  ph->round = lap(&t);
+  return 0;
 }
 
 static int offline_round(struct src *s)
@@ -183,17 +240,58 @@ static int hello(struct src *s)
   cleanup_free char *src = mig_hex(c.source[0] ? c.source : "migrated");
   cleanup_free char *args = s->ra.argc ? ct_runargs_format(&s->ra) : xasprintf("argc=0\n");
   const char *mode = s->o->offline ? "offline" : s->running ? "online" : "cold";
+  if (s->r->online && !s->o->no_criu) {
+    static char why[256];
+    if (ct_criu_find(s->o->criu_path, &s->criu_bin, why, sizeof why) < 0)
+      s->r->criu_why = why;
+  }
+  char cn[MIG_NONCE_HEX + 1] = "", sn[MIG_NONCE_HEX + 1] = "";
+  if (s->o->auth)
+    mig_auth_nonce(cn);
   cleanup_free char *msg =
-      xasprintf("version=%d\nid=%s\nname=%s\ndisk_bytes=%" PRIu64 "\nsource=%s\nmode=%s\ncriu=0\n%s",
-                MIG_VERSION, s->rec.id, s->o->name, c.disk_bytes, src, mode, args);
+      xasprintf("nonce=%s\nversion=%d\nid=%s\nname=%s\ndisk_bytes=%" PRIu64 "\nsource=%s\nmode=%s\ncriu=%d\n%s",
+                cn, MIG_VERSION, s->rec.id, s->o->name, c.disk_bytes, src, mode, s->criu_bin != NULL, args);
   if (mig_send_text(s->fd, MIG_HELLO, msg) < 0)
     return -1;
   cleanup_free char *w = NULL;
-  if (mig_expect(s->fd, MIG_WELCOME, &w, NULL) < 0)
+  unsigned type;
+  if (mig_recv(s->fd, &type, &w, NULL) < 0)
     return -1;
+  char proof[MIG_PROOF_HEX + 1], want[MIG_PROOF_HEX + 1];
+  if (type == MIG_CHALLENGE) {
+    if (!s->o->auth)
+      return ct_fail(0, "the destination requires authentication: give --auth FILE");
+    if (!mig_kv(w, "nonce", sn, sizeof sn) || strlen(sn) != MIG_NONCE_HEX)
+      return ct_fail(0, "protocol error: CHALLENGE without a nonce");
+    mig_auth_proof(s->o->auth, "ploop-container-migrate source", cn, sn, proof);
+    cleanup_free char *a = xasprintf("proof=%s\n", proof);
+    free(w);
+    w = NULL;
+    if (mig_send_text(s->fd, MIG_AUTH, a) < 0 || mig_recv(s->fd, &type, &w, NULL) < 0)
+      return -1;
+  } else if (s->o->auth) {
+    return ct_fail(0, "the destination does not check --auth: not sending %s to it", s->o->name);
+  }
+  if (type != MIG_WELCOME)
+    return ct_fail(0, "protocol error: expected WELCOME, got %s", mig_type_name(type));
+  if (s->o->auth) {
+    mig_auth_proof(s->o->auth, "ploop-container-migrate destination", cn, sn, want);
+    if (!mig_kv(w, "proof", proof, sizeof proof) || !mig_auth_equal(proof, want))
+      return ct_fail(0, "the destination failed authentication (its --auth token differs)");
+  }
   uint64_t v;
   if (mig_kv_u64(w, "version", &v) < 0 || v != MIG_VERSION)
     return ct_fail(0, "the destination speaks protocol version %s, not %d", w, MIG_VERSION);
+  if (s->criu_bin) {
+    uint64_t offered = 0;
+    s->use_criu = mig_kv_u64(w, "criu", &offered) == 0 && offered;
+    static char why[400];
+    char theirs[300];
+    snprintf(why, sizeof why, "the destination has no working CRIU: %s",
+             mig_kv(w, "criu_why", theirs, sizeof theirs) ? theirs : "?");
+    if (!s->use_criu)
+      s->r->criu_why = why;
+  }
   return 0;
 }
 
@@ -202,12 +300,15 @@ static int hello(struct src *s)
 static int commit(struct src *s)
 {
   cleanup_free char *msg = xasprintf("criu=%d\n", s->r->criu);
+  uint64_t t = now_ns();
   if (mig_send_text(s->fd, MIG_PREPARE, msg) < 0)
     return -1;
   cleanup_free char *ready = NULL;
   if (mig_expect(s->fd, MIG_READY, &ready, NULL) < 0)
     return ct_wrap("prepare");
-  step("prepare");
+  char ms[32];
+  if (mig_kv(ready, "attach_ms", ms, sizeof ms))
+    s->r->ph.dest_attach = strtod(ms, NULL);
   mig_test_hook("ready");
   snprintf(s->rec.phase, sizeof s->rec.phase, "committing");
   if (mig_record_save(s->o->name, &s->rec, true) < 0)
@@ -216,12 +317,13 @@ static int commit(struct src *s)
    * plain failure, not doubt. */
   struct pollfd pfd = {.fd = s->fd, .events = POLLIN | POLLRDHUP};
   if (poll(&pfd, 1, 0) != 0) {
-    unsigned t;
+    unsigned type;
     cleanup_free char *junk = NULL;
-    if (mig_recv(s->fd, &t, &junk, NULL) == 0)
-      ct_fail(0, "protocol error: %s before COMMIT", mig_type_name(t));
+    if (mig_recv(s->fd, &type, &junk, NULL) == 0)
+      ct_fail(0, "protocol error: %s before COMMIT", mig_type_name(type));
     return ct_wrap("before COMMIT");
   }
+  s->r->ph.prepare = lap(&t);
   /* From here until the answer the outcome is not ours to know. */
   if (mig_send_text(s->fd, MIG_COMMIT, "") < 0)
     return CT_EXIT_IN_DOUBT;
@@ -230,11 +332,21 @@ static int commit(struct src *s)
   if (mig_expect(s->fd, MIG_COMMITTED, &ans, NULL) < 0)
     return CT_EXIT_IN_DOUBT;
   s->r->downtime_ms = ms_since(s->t_freeze);
-  step("commit");
-  if (getenv("PLOOP_MIGRATE_TIMING"))
-    fprintf(stderr, "ploop-container: migrate timing:%s\n", timing.line);
+  s->r->ph.commit = lap(&t);
+  if (mig_kv(ans, "start_ms", ms, sizeof ms))
+    s->r->ph.dest_start = strtod(ms, NULL);
   char state[32], err[512];
-  if (mig_kv(ans, "state", state, sizeof state) && strcmp(state, "running") == 0)
+  static char why[600];
+  uint64_t restored = 0;
+  if (s->r->criu && (mig_kv_u64(ans, "restored", &restored) < 0 || !restored)) {
+    s->r->criu = false;  /* CRIU failed there; it ran the command again */
+    snprintf(why, sizeof why, "restore failed there: %s",
+             mig_kv(ans, "criu_error", err, sizeof err) ? err : "no reason given");
+    s->r->criu_why = why;
+  }
+  /* a cold copy (no command sent) is meant to arrive stopped */
+  const char *want = s->ra.argc ? "running" : "stopped";
+  if (mig_kv(ans, "state", state, sizeof state) && strcmp(state, want) == 0)
     return 0;
   ct_fail(0, "the destination took %s over but could not start it: %s", s->o->name,
           mig_kv(ans, "error", err, sizeof err) ? err : "no reason given");
@@ -373,6 +485,9 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r)
   if (mig_source_finish(o->name, keep) < 0) {
     fprintf(stderr, "ploop-container: %s moved, but cleaning up here failed: %s\n", o->name,
             ct_error());
+  } else {
+    /* nothing left here to be in doubt about: the destination may forget the migration */
+    mig_send_text(s.fd, MIG_DONE, "");
   }
   if (rc == 1) {
     ct_fail(0, "%s", err);
@@ -399,6 +514,9 @@ fail:
   }
   rc = -1;
 out:
+  if (s.images[0])
+    mig_remove_tree(s.images);
+  free(s.criu_bin);
   if (s.fd >= 0)
     close(s.fd);
   r->total_ms = ms_since(s.t0);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "migrate-auth.h"
 
 /* Exit code of `migrate` when the outcome is unknown (see --resolve). */
 #define CT_EXIT_IN_DOUBT 6
@@ -23,6 +24,19 @@ struct mig_opts {
   unsigned max_rounds;   /* rounds before the frozen one, round 0 included */
   uint64_t min_round;    /* a round under this many bytes is the last live one */
   unsigned timeout_s;    /* a silent peer for this long is a failure */
+  const struct mig_auth *auth; /* --auth: the shared token (NULL: none) */
+};
+
+/* Where the downtime went, in ms (the frozen window, in order). The
+ * destination's own share of prepare and commit comes back in READY and
+ * COMMITTED (dest_*); the rest of those is the link and the messages. */
+struct mig_phases {
+  double freeze, sync, snapshot; /* cgroup freezer, syncfs, last snapshot (FIFREEZE) */
+  double checkpoint;             /* CRIU dump (0 without) */
+  double round;                  /* the last disk stream (and CRIU images), until its ack */
+  double dest_receive;           /* of which the destination's receive */
+  double prepare, dest_attach;   /* PREPARE..READY; the destination's mount of the disk */
+  double commit, dest_start;     /* COMMIT..COMMITTED; the destination's start/restore */
 };
 
 struct mig_result {
@@ -31,7 +45,10 @@ struct mig_result {
   uint64_t bytes_sent;  /* everything on the wire, both ways' payloads */
   double downtime_ms, total_ms;
   bool criu, online;
+  uint64_t criu_bytes;      /* CRIU images sent (part of the frozen round) */
+  const char *criu_why;     /* why the command was restarted instead (NULL: CRIU used or not asked) */
   const char *stop_reason;  /* why the live rounds ended */
+  struct mig_phases ph;
 };
 
 /* Returns 0 (moved), CT_EXIT_IN_DOUBT (frozen, see --resolve), or -1 with
@@ -40,7 +57,7 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r);
 /* DECISION 0: ask the destination; 1 / -1: the operator's --commit/--abort. */
 int migrate_resolve(const char *name, const char *dest_override, int decision, unsigned timeout_s);
 /* Serves migrations (ONCE: one, then returns its result). */
-int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s);
+int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s, const struct mig_auth *auth);
 /* Removes what receivers that died left half-received under ct_root. */
 int migrate_recover_incoming(bool verbose);
 

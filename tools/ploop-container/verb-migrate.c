@@ -14,6 +14,7 @@
 static const char help[] =
     "usage: ploop-container migrate NAME ADDR:PORT [--offline] [--criu PATH | --no-criu]\n"
     "         [--keep-source] [--json] [--max-rounds N] [--min-round BYTES] [--timeout S]\n"
+    "         [--auth FILE]\n"
     "       ploop-container migrate --resolve NAME [--commit | --abort] [--to ADDR:PORT]\n"
     "Moves NAME to the host where `ploop-container receive --listen ADDR:PORT` runs.\n"
     "Online (the default for a running container): round 0 streams the disk below a\n"
@@ -24,6 +25,10 @@ static const char help[] =
     "is frozen, its filesystem synced, the last round sent, and it starts there; it\n"
     "is removed here (--keep-source: stopped and kept). --offline: stop, copy, start.\n"
     "Any failure before the destination confirms leaves it running here.\n"
+    "With CRIU (found as --criu PATH, the installed one, or criu on PATH, on both\n"
+    "hosts) the processes move with their memory; else the command starts again.\n"
+    "--auth FILE: a shared token (the same file as `receive --auth`); both sides\n"
+    "prove they hold it before any data moves.\n"
     "Exit 6: in doubt (COMMIT sent, no answer): the container stays frozen here until\n"
     "`migrate --resolve NAME` asks the destination, or --commit/--abort decide.\n";
 
@@ -45,9 +50,21 @@ static void print_result(const struct mig_opts *o, const struct mig_result *r, b
     for (unsigned i = 0; i < r->n_rounds; i++)
       printf("%s%" PRIu64, i ? "," : "", r->rounds[i]);
     printf("],\"bytes_sent\":%" PRIu64 ",\"downtime_ms\":%.1f,\"total_ms\":%.1f,\"criu\":%s,"
-           "\"online\":%s,\"stop_reason\":\"%s\"}\n",
+           "\"online\":%s,\"stop_reason\":\"%s\",\"criu_bytes\":%" PRIu64 ",",
            r->bytes_sent, r->downtime_ms, r->total_ms, r->criu ? "true" : "false",
-           r->online ? "true" : "false", r->stop_reason ? r->stop_reason : "");
+           r->online ? "true" : "false", r->stop_reason ? r->stop_reason : "", r->criu_bytes);
+    if (r->criu_why) {
+      printf("\"criu_why\":\"");
+      for (const char *c = r->criu_why; *c; c++)
+        printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? " " : "%c", *c);
+      printf("\",");
+    }
+    const struct mig_phases *p = &r->ph;
+    printf("\"phases_ms\":{\"freeze\":%.1f,\"sync\":%.1f,\"snapshot\":%.1f,\"checkpoint\":%.1f,"
+           "\"last_round\":%.1f,\"dest_receive\":%.1f,\"prepare\":%.1f,\"dest_attach\":%.1f,"
+           "\"commit\":%.1f,\"dest_start\":%.1f}}\n",
+           p->freeze, p->sync, p->snapshot, p->checkpoint, p->round, p->dest_receive, p->prepare,
+           p->dest_attach, p->commit, p->dest_start);
     return;
   }
   for (unsigned i = 0; i < r->n_rounds; i++) {
@@ -58,8 +75,9 @@ static void print_result(const struct mig_opts *o, const struct mig_result *r, b
   }
   char total[32];
   format_size(r->bytes_sent, total, sizeof total);
-  printf("%s moved to %s: %s sent, downtime %.1f ms, total %.1f ms, %s%s%s\n", o->name, o->dest,
+  printf("%s moved to %s: %s sent, downtime %.1f ms, total %.1f ms, %s%s%s%s%s%s\n", o->name, o->dest,
          total, r->downtime_ms, r->total_ms, r->criu ? "processes restored" : "command restarted",
+         r->criu_why ? " (" : "", r->criu_why ? r->criu_why : "", r->criu_why ? ")" : "",
          r->stop_reason ? "; live rounds stopped: " : "", r->stop_reason ? r->stop_reason : "");
 }
 
@@ -72,10 +90,12 @@ int verb_migrate(int argc, char **argv)
       {"min-round", required_argument, NULL, 'm'}, {"timeout", required_argument, NULL, 't'},
       {"resolve", no_argument, NULL, 'R'},      {"commit", no_argument, NULL, 'C'},
       {"abort", no_argument, NULL, 'A'},        {"to", required_argument, NULL, 'T'},
+      {"auth", required_argument, NULL, 'a'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
   struct mig_opts o = {.max_rounds = MIG_DEFAULT_ROUNDS, .min_round = MIG_DEFAULT_MIN_ROUND,
                        .timeout_s = MIG_DEFAULT_TIMEOUT};
   bool json = false, resolve = false;
+  static struct mig_auth auth;
   int decision = 0;
   const char *to = NULL;
   uint64_t v;
@@ -111,6 +131,11 @@ int verb_migrate(int argc, char **argv)
     case 'C': decision = 1; break;
     case 'A': decision = -1; break;
     case 'T': to = optarg; break;
+    case 'a':
+      if (mig_auth_load(optarg, &auth) < 0)
+        return -1;
+      o.auth = &auth;
+      break;
     case 'h': fputs(help, stdout); return 0;
     default: return ct_usage("migrate: bad option '%s' (see migrate --help)", argv[optind - 1]);
     }
@@ -130,9 +155,6 @@ int verb_migrate(int argc, char **argv)
   o.dest = argv[optind + 1];
   if (ct_check_name(o.name) < 0)
     return -1;
-  if (o.criu_path && !o.offline)
-    fprintf(stderr, "ploop-container: CRIU support is not built in: the command will be restarted "
-                    "on the destination\n");
   struct mig_result r;
   int rc = migrate_source(&o, &r);
   if (rc == 0)

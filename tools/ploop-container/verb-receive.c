@@ -9,11 +9,13 @@
 #include "verbs.h"
 
 static const char help[] =
-    "usage: ploop-container receive --listen ADDR:PORT [--once] [--timeout S]\n"
+    "usage: ploop-container receive --listen ADDR:PORT [--once] [--timeout S] [--auth FILE]\n"
     "       ploop-container receive --recover\n"
     "Receives containers that `ploop-container migrate` sends, under --root.\n"
     "Nothing runs here before the source's COMMIT; a migration that fails before\n"
     "it leaves nothing behind. --once: serve one migration and exit with its result.\n"
+    "--auth FILE: accept only sources that prove they hold the token in FILE (the\n"
+    "same file given to `migrate --auth`), before anything is created here.\n"
     "--recover: remove what receivers that were killed left half-received.\n";
 
 int verb_receive(int argc, char **argv)
@@ -22,9 +24,10 @@ int verb_receive(int argc, char **argv)
                                        {"once", no_argument, NULL, 'o'},
                                        {"timeout", required_argument, NULL, 't'},
                                        {"recover", no_argument, NULL, 'r'},
+                                       {"auth", required_argument, NULL, 'a'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  const char *listen_addr = NULL;
+  const char *listen_addr = NULL, *auth_file = NULL;
   bool once = false, recover = false;
   unsigned long timeout = MIG_DEFAULT_TIMEOUT;
   int c;
@@ -33,6 +36,7 @@ int verb_receive(int argc, char **argv)
     case 'l': listen_addr = optarg; break;
     case 'o': once = true; break;
     case 'r': recover = true; break;
+    case 'a': auth_file = optarg; break;
     case 't': {
       char *end;
       errno = 0;
@@ -51,5 +55,8 @@ int verb_receive(int argc, char **argv)
     return migrate_recover_incoming(true) < 0 ? -1 : 0;
   if (!listen_addr)
     return ct_usage("usage: receive --listen ADDR:PORT [--once] [--timeout S]");
-  return migrate_receive(listen_addr, once, (unsigned)timeout) < 0 ? -1 : 0;
+  static struct mig_auth auth;
+  if (auth_file && mig_auth_load(auth_file, &auth) < 0)
+    return -1;
+  return migrate_receive(listen_addr, once, (unsigned)timeout, auth_file ? &auth : NULL) < 0 ? -1 : 0;
 }

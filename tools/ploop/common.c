@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,30 @@
 #include <unistd.h>
 
 const char *cli_verb_name;
+
+static volatile sig_atomic_t caught_signal;
+
+static void on_signal(int sig)
+{
+  if (!caught_signal)
+    caught_signal = sig;
+  ploop_cancel();
+}
+
+void cli_catch_signals(void)
+{
+  /* No SA_RESTART: a read of a pipe or socket returns EINTR and the library
+   * looks at the cancel flag at once. */
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+int cli_caught_signal(void)
+{
+  return caught_signal;
+}
 
 static void __attribute__((format(printf, 1, 0)))
 vprint_error(const char *fmt, va_list ap, const char *suffix)
@@ -63,6 +88,10 @@ int cli_exit_from_status(int status)
     return EXIT_NOTFOUND;
   case PLOOP_ERR_NOSNAP:
     return EXIT_NOSNAP;
+  case PLOOP_ERR_READ:
+    return EXIT_READ;
+  case PLOOP_ERR_CANCELLED:
+    return cli_caught_signal() == SIGTERM ? EXIT_SIGTERM : EXIT_SIGINT;
   default:
     return EXIT_GENERIC;
   }
@@ -72,6 +101,12 @@ int cli_lib_error(void)
 {
   const char *lib = ploop_get_error();
   int status = ploop_get_status();
+  if (status == PLOOP_ERR_CANCELLED) {
+    /* What an interrupted verb leaves is its own business (README); the
+     * line says only what happened. */
+    cli_error(0, "interrupted by %s", cli_caught_signal() == SIGTERM ? "SIGTERM" : "SIGINT");
+    return cli_exit_from_status(status);
+  }
   if (!lib || !*lib) {
     int e = ploop_get_errno();
     lib = e ? strerror(e) : "unknown error";

@@ -17,7 +17,8 @@
 enum cli_exit {
   EXIT_OK = 0,
   EXIT_NOTFOUND = 4,  /* SYSEXIT_OPEN: cannot open: no such file, image or attachment */
-  EXIT_IO = 7,        /* SYSEXIT_WRITE: the OS refused I/O (read, write, sync; ENOSPC) */
+  EXIT_READ = 6,      /* SYSEXIT_READ: the OS refused a read */
+  EXIT_IO = 7,        /* SYSEXIT_WRITE: the OS refused a write or sync (ENOSPC...) */
   EXIT_CORRUPT = 11,  /* SYSEXIT_PLOOPFMT: image or descriptor is broken */
   EXIT_GENERIC = 12,  /* SYSEXIT_SYS: any other failure (out of memory...) */
   EXIT_BUSY = 17,     /* SYSEXIT_EBUSY: locked by another process, served, attached */
@@ -34,7 +35,15 @@ struct cli_verb {
   const char *synopsis;              /* "init -s SIZE [...] DELTA" */
   const char *summary;               /* one line for `ploop help` */
   const char *details;               /* options, printed by `ploop VERB --help` */
+  /* SIGINT/SIGTERM cancel the library's operation (ploop_cancel) instead of
+   * killing the process: the verb cleans up and exits 130/143. */
+  bool interruptible;
 };
+
+/* Installs the SIGINT/SIGTERM handlers of an interruptible verb. */
+void cli_catch_signals(void);
+/* The signal that interrupted the verb, or 0. */
+int cli_caught_signal(void);
 
 /* The verb being run, for messages ("ploop VERB: ..."). */
 extern const char *cli_verb_name;

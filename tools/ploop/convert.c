@@ -54,4 +54,5 @@ const struct cli_verb verb_convert = {
     .details = "  -v, --format-version 1|2   rewrite every delta's BAT in that version\n"
                "                             (v1 allows 1 MiB clusters and 2 TiB at most)\n"
                "  -f, --format raw|ploop1    convert a single-image disk's base image\n",
+    .interruptible = true,
 };

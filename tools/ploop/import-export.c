@@ -1,5 +1,6 @@
 /* `ploop import` / `ploop export`: copy between a raw file and a disk (any
  * snapshot of it, or a bare delta file), with a progress bar on a terminal. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 
 #include "common.h"
 #include "bare-delta.h"
+#include "import-stream.h"
 
 static void print_stats(const char *what, const char *from, const char *to,
                         const struct ploop_copy_stats *s, uint64_t ns)
@@ -60,6 +62,81 @@ static bool descriptor_exists(const char *disk)
   return access(xml, F_OK) == 0;
 }
 
+/* Makes a rename durable: fsync of the directory holding PATH. */
+static void sync_parent_dir(const char *path)
+{
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == dir)
+    dir[1] = 0;
+  else
+    *slash = 0;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+/* True when PATH does not exist or is an empty directory. */
+static bool dir_absent_or_empty(const char *path)
+{
+  DIR *d = opendir(path);
+  if (!d)
+    return errno == ENOENT;
+  struct dirent *e;
+  bool empty = true;
+  while (empty && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+      empty = false;
+  closedir(d);
+  return empty;
+}
+
+/* Makes PARENT(DISK)/.BASENAME.import-XXXXXX into OUT. */
+static int make_stage_dir(const char *disk, char *out, size_t len)
+{
+  char copy[4096];
+  snprintf(copy, sizeof copy, "%s", disk);
+  size_t n = strlen(copy);
+  while (n > 1 && copy[n - 1] == '/')
+    copy[--n] = 0;
+  char *slash = strrchr(copy, '/');
+  const char *base = slash ? slash + 1 : copy;
+  int w;
+  if (!slash)
+    w = snprintf(out, len, ".%s.import-XXXXXX", base);
+  else if (slash == copy)
+    w = snprintf(out, len, "/.%s.import-XXXXXX", base);
+  else {
+    *slash = 0;
+    w = snprintf(out, len, "%s/.%s.import-XXXXXX", copy, base);
+  }
+  if (w < 0 || (size_t)w >= len)
+    return cli_usage_error("%s: path too long", disk);
+  if (!mkdtemp(out))
+    return cli_error(errno == ENOENT ? EXIT_NOTFOUND : EXIT_IO, "%s: %s", out, strerror(errno));
+  return 0;
+}
+
+/* Removes what an import made: the staging directory, or the new disk's
+ * files in a directory that held other files. */
+static void remove_new_disk(const char *dir, bool staged)
+{
+  static const char *const names[] = {PLOOP_DEFAULT_IMAGE_NAME, PLOOP_DESCRIPTOR_NAME,
+                                      PLOOP_DESCRIPTOR_NAME ".tmp", PLOOP_DESCRIPTOR_NAME ".lck"};
+  char path[4096 + 64];
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    unlink(path);
+  }
+  if (staged)
+    rmdir(dir);
+}
+
 static int run_import(int argc, char **argv)
 {
   static const struct option longopts[] = {
@@ -98,13 +175,35 @@ static int run_import(int argc, char **argv)
   if (!cli_positional(argc, argv, 2, "SRC.raw and DISK"))
     return EXIT_USAGE;
   const char *src = argv[optind], *disk = argv[optind + 1];
-  uint64_t src_bytes;
-  int rc = source_size(src, &src_bytes);
-  if (rc)
+  uint64_t src_bytes = 0;
+  int rc;
+  /* "-" is stdin: a redirected file is read as any file; a pipe is read
+   * front to back (import-stream.c), and a new disk needs -s then. */
+  bool from_pipe = false;
+  if (strcmp(src, "-") == 0) {
+    struct stat in;
+    if (fstat(STDIN_FILENO, &in) < 0)
+      return cli_error(EXIT_READ, "stdin: %s", strerror(errno));
+    if (isatty(STDIN_FILENO))
+      return cli_usage_error("refusing to read an image from a terminal (pipe one in)");
+    if (S_ISREG(in.st_mode) || S_ISBLK(in.st_mode))
+      src = "/dev/stdin";
+    else
+      from_pipe = true;
+  }
+  if (!from_pipe && (rc = source_size(src, &src_bytes)))
     return rc;
+  if (from_pipe && !descriptor_exists(disk) && !p.size_bytes)
+    return cli_usage_error("-s SIZE is required for a new disk imported from a pipe");
 
-  bool created = false, made_dir = false;
-  char delta[4096];
+  /* A new disk is built in a hidden directory beside DISK and renamed to
+   * it when complete (rename replaces an empty directory): an import that
+   * fails, is interrupted or is killed leaves no DISK with half a disk. A
+   * directory that already holds other files gets the disk's files, which
+   * a failure removes. */
+  bool created = false, staged = false;
+  char work[4096], delta[4096 + 32];
+  snprintf(work, sizeof work, "%s", disk);
   if (!descriptor_exists(disk)) {
     if (!p.size_bytes)
       p.size_bytes = src_bytes;
@@ -113,15 +212,15 @@ static int run_import(int argc, char **argv)
     if (p.size_bytes < src_bytes)
       return cli_usage_error("-s: %" PRIu64 " bytes is smaller than %s (%" PRIu64 " bytes)",
                              p.size_bytes, src, src_bytes);
-    if (mkdir(disk, 0755) == 0)
-      made_dir = true;
-    else if (errno != EEXIST)
-      return cli_error(EXIT_IO, "%s: %s", disk, strerror(errno));
-    snprintf(delta, sizeof delta, "%s/%s", disk, PLOOP_DEFAULT_IMAGE_NAME);
+    if (dir_absent_or_empty(disk)) {
+      if ((rc = make_stage_dir(disk, work, sizeof work)))
+        return rc;
+      staged = true;
+    }
+    snprintf(delta, sizeof delta, "%s/%s", work, PLOOP_DEFAULT_IMAGE_NAME);
     if (ploop_disk_create(delta, &p) < 0) {
       rc = cli_lib_error();
-      if (made_dir)
-        rmdir(disk);
+      remove_new_disk(work, staged);
       return rc;
     }
     created = true;
@@ -133,21 +232,27 @@ static int run_import(int argc, char **argv)
   cli_progress_init(&prog, "import");
   struct ploop_copy_stats stats = {0};
   uint64_t t0 = cli_now_ns();
-  rc = ploop_import_raw(src, disk, cli_progress_cb, &prog, &stats);
+  int stream_rc = 0;
+  if (from_pipe)
+    rc = (stream_rc = import_stream(STDIN_FILENO, work, &prog, &stats)) ? -1 : 0;
+  else
+    rc = ploop_import_raw(src, work, cli_progress_cb, &prog, &stats);
   cli_progress_end(&prog);
-  if (rc < 0) {
+  if (stream_rc) {
+    rc = stream_rc; /* printed already */
+  } else if (rc == 0 && staged && rename(work, disk) < 0) {
+    rc = -1;
+    cli_error(EXIT_IO, "%s: rename to %s: %s", work, disk, strerror(errno));
+  } else if (rc < 0) {
     rc = cli_lib_error();
-    if (created) {
-      /* A failed import into a disk made just now leaves nothing behind. */
-      char xml[4096 + 32];
-      snprintf(xml, sizeof xml, "%s/%s", disk, PLOOP_DESCRIPTOR_NAME);
-      unlink(delta);
-      unlink(xml);
-      if (made_dir)
-        rmdir(disk);
-    }
-    return rc;
   }
+  if (rc) {
+    if (created)
+      remove_new_disk(work, staged);
+    return rc < 0 ? EXIT_IO : rc;
+  }
+  if (staged)
+    sync_parent_dir(disk);
   print_stats("import", src, disk, &stats, cli_now_ns() - t0);
   return EXIT_OK;
 }
@@ -240,13 +345,27 @@ static int run_export(int argc, char **argv)
   cli_progress_init(&prog, "export");
   struct ploop_copy_stats stats = {0};
   uint64_t t0 = cli_now_ns();
-  rc = ploop_export_raw(src, snapshot, out, cli_progress_cb, &prog, &stats);
+  /* Written as OUT.tmp and renamed when complete: a failed or interrupted
+   * export leaves no OUT that could pass for one (and an old OUT intact). */
+  char tmp[4096];
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", out) >= sizeof tmp) {
+    bare_delta_close(&bare);
+    return cli_usage_error("%s: path too long", out);
+  }
+  if (lstat(tmp, &st) == 0 && !S_ISREG(st.st_mode)) {
+    bare_delta_close(&bare);
+    return cli_error(EXIT_USAGE, "%s: exists and is not a regular file", tmp);
+  }
+  rc = ploop_export_raw(src, snapshot, tmp, cli_progress_cb, &prog, &stats);
   cli_progress_end(&prog);
-  if (rc < 0) {
+  if (rc == 0 && rename(tmp, out) < 0) {
+    rc = cli_error(EXIT_IO, "%s: rename to %s: %s", tmp, out, strerror(errno));
+    unlink(tmp);
+  } else if (rc < 0) {
     rc = cli_lib_error();
-    if (!existed)
-      unlink(out); /* a half-written file must not pass for an export */
+    unlink(tmp);
   } else {
+    sync_parent_dir(out);
     print_stats("export", disk, out, &stats, cli_now_ns() - t0);
     rc = EXIT_OK;
   }
@@ -257,15 +376,19 @@ static int run_export(int argc, char **argv)
 const struct cli_verb verb_import = {
     .name = "import",
     .run = run_import,
-    .synopsis = "import [-s SIZE] [-b SECTORS] [-v 1|2] [--sparse] SRC.raw DISK",
+    .synopsis = "import [-s SIZE] [-b SECTORS] [-v 1|2] [--sparse] SRC.raw|- DISK",
     .summary = "make DISK equal to a raw file, writing only clusters that differ",
     .details = "DISK is a directory; if it holds no DiskDescriptor.xml a new disk is made\n"
                "there (DIR/root.hds) with the source's size.  Zero clusters of the source\n"
                "are never allocated (they stay holes; --sparse is accepted for scripts).\n"
+               "SRC '-' reads stdin; from a pipe, a new disk needs -s.\n"
                "  -s, --size SIZE           size of a new disk (default: the source's)\n"
                "  -b, --blocksize SECTORS   cluster size of a new disk (default 2048)\n"
                "  -v, --format-version 1|2  format version of a new disk (default 2)\n"
-               "Prints one summary line: clusters written, zeroed and left unchanged.\n",
+               "Prints one summary line: clusters written, zeroed and left unchanged.\n"
+               "SIGINT/SIGTERM stop it (exit 130/143): a disk made by this import is\n"
+               "removed (and DIR, if made); an existing disk keeps what was written.\n",
+    .interruptible = true,
 };
 
 const struct cli_verb verb_export = {
@@ -278,5 +401,8 @@ const struct cli_verb verb_export = {
                "                      the output is written sparse, by offset)\n"
                "  -f, --force         overwrite FILE if it exists\n"
                "A bare delta file (no DiskDescriptor.xml) is read on its own, as a base.\n"
-               "On failure a newly created FILE is removed.\n",
+               "FILE is written as FILE.tmp and renamed when complete: a failed or\n"
+               "interrupted (SIGINT/SIGTERM: exit 130/143) export leaves no FILE.tmp and\n"
+               "FILE as it was.\n",
+    .interruptible = true,
 };

@@ -100,7 +100,10 @@ static void print_text(const struct info *in)
          cli_human_bytes(in->virtual_bytes, a, sizeof a), in->virtual_bytes);
   printf("%-18s %s (%" PRIu64 " sectors)\n", "cluster size:",
          cli_human_bytes(in->cluster_bytes, a, sizeof a), in->cluster_bytes / 512);
-  printf("%-18s %d\n", "format version:", in->version);
+  if (in->version)
+    printf("%-18s %d\n", "format version:", in->version);
+  else
+    printf("%-18s %s\n", "format:", "raw");
   if (in->is_disk) {
     printf("%-18s %zu\n", "deltas:", in->n_images);
     printf("%-18s %zu\n", "snapshots:", in->n_images ? in->n_images - 1 : 0);
@@ -149,6 +152,7 @@ static void print_json(const struct info *in)
   printf(",\n  \"type\": \"%s\",\n", in->is_disk ? "disk" : "delta");
   printf("  \"virtual_size\": %" PRIu64 ",\n", in->virtual_bytes);
   printf("  \"cluster_size\": %" PRIu64 ",\n", in->cluster_bytes);
+  printf("  \"format\": \"%s\",\n", in->version ? "ploop1" : "raw");
   printf("  \"format_version\": %d,\n", in->version);
   printf("  \"deltas\": %zu,\n", in->n_images);
   printf("  \"allocated_clusters\": %" PRIu64 ",\n", in->allocated_clusters);
@@ -247,6 +251,12 @@ static int info_disk(struct ploop_descriptor *d, struct info *in)
     in->file_bytes += im->di.file_bytes;
     in->disk_bytes += im->di.disk_bytes;
     if (strcmp(img->guid, d->top_guid) == 0) {
+      if (!img->plain && im->di.virtual_bytes != d->size_sectors * 512)
+        return cli_error(EXIT_CORRUPT,
+                         "%s: Disk_size %" PRIu64 " sectors in %s disagrees with %s (%" PRIu64
+                         " sectors); 'ploop check -F' repairs it",
+                         d->dir, d->size_sectors, PLOOP_DESCRIPTOR_NAME, img->file,
+                         im->di.virtual_bytes / 512);
       in->in_use = im->di.in_use;
       if (!img->plain)
         in->version = im->di.version;

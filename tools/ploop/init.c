@@ -15,14 +15,32 @@ static int run_init(int argc, char **argv)
       {"format-version", required_argument, NULL, 'v'},
       {"fstype", required_argument, NULL, 't'},
       {"format", required_argument, NULL, 'f'},
+      {"nolazy", no_argument, NULL, 'n'},
+      {"fsblocksize", required_argument, NULL, 'B'},
       {0},
   };
   struct ploop_delta_create_params p = {0};
   bool have_size = false;
   const char *fstype = "none";
+  struct ploop_fs_opts fs = {0};
+  bool fs_opts = false;
   int c;
-  while ((c = cli_getopt(argc, argv, "s:b:v:t:f:", longopts)) != -1) {
+  while ((c = cli_getopt(argc, argv, "s:b:v:t:f:nB:", longopts)) != -1) {
     switch (c) {
+    case 'n':
+      fs.nolazy = fs_opts = true;
+      break;
+    case 'B':
+    {
+      uint64_t v;
+      if (!cli_parse_uint("-B", optarg, 1024, 65536, &v))
+        return EXIT_USAGE;
+      if (v & (v - 1))
+        return cli_usage_error("-B: block size %s is not a power of two", optarg);
+      fs.block_size = (unsigned)v;
+      fs_opts = true;
+      break;
+    }
     case 's':
       if (!cli_parse_size("-s", optarg, &p.size_bytes))
         return EXIT_USAGE;
@@ -59,6 +77,8 @@ static int run_init(int argc, char **argv)
   if (make_fs && strcmp(fstype, "ext4") != 0 && strcmp(fstype, "ext3") != 0 &&
       strcmp(fstype, "xfs") != 0)
     return cli_usage_error("-t: unknown file system '%s' (none, ext4, ext3 or xfs)", fstype);
+  if (fs_opts && !make_fs)
+    return cli_usage_error("-n and -B apply to the filesystem; give -t ext4, ext3 or xfs");
   if (!cli_positional(argc, argv, 1, "DELTA (e.g. DIR/root.hds)"))
     return EXIT_USAGE;
 
@@ -81,7 +101,7 @@ static int run_init(int argc, char **argv)
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", path);
   dirname(dir);
-  if (ploop_attach_format(dir, fstype) == 0)
+  if (ploop_attach_format_opts(dir, fstype, &fs) == 0)
     return EXIT_OK;
   int rc = cli_lib_error();
   char xml[4096 + 32];
@@ -94,7 +114,8 @@ static int run_init(int argc, char **argv)
 const struct cli_verb verb_init = {
     .name = "init",
     .run = run_init,
-    .synopsis = "init -s SIZE [-b CLUSTER_SECTORS] [-v 1|2] [-t none|ext4|ext3|xfs] [-f ploop1] DELTA",
+    .synopsis = "init -s SIZE [-b CLUSTER_SECTORS] [-v 1|2] [-t none|ext4|ext3|xfs [-n] [-B BYTES]]\n"
+                "            [-f ploop1] DELTA",
     .summary = "create a new empty disk: DELTA (or DIR/root.hds) and DiskDescriptor.xml",
     .details = "  -s, --size SIZE           virtual size; bytes or with a K, M, G, T suffix\n"
                "  -b, --blocksize SECTORS   cluster size in 512-byte sectors, a power of two\n"
@@ -103,5 +124,8 @@ const struct cli_verb verb_init = {
                "  -t, --fstype TYPE         file system to make inside: none (the default, a\n"
                "                            bare disk), ext4, ext3 or xfs (needs root: made\n"
                "                            through a local attach, like ploop mount)\n"
+               "  -n, --nolazy              ext3/ext4: initialise inode tables and journal\n"
+               "                            now, not lazily after the first mount\n"
+               "  -B, --fsblocksize BYTES   filesystem block size (1024..65536, a power of two)\n"
                "  -f, --format ploop1       image format (ploop1, also called expanded)\n",
 };

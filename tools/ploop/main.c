@@ -1,5 +1,6 @@
 /* The ploop command: dispatches `ploop VERB ARGS...` to one verb's file and
  * prints the global help, the version and the exit-code table. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,22 +9,23 @@
 extern const struct cli_verb verb_init, verb_info, verb_check, verb_import, verb_export,
     verb_snapshot, verb_snapshot_list, verb_snapshot_delete, verb_snapshot_merge,
     verb_snapshot_switch, verb_resize, verb_convert, verb_restore_descriptor, verb_mount,
-    verb_umount, verb_list, verb_compact, verb_balloon;
+    verb_umount, verb_list, verb_compact, verb_balloon, verb_fsck, verb_replace;
 extern const struct cli_verb verb_send, verb_receive;
 
 static const struct cli_verb *const verbs[] = {
-    &verb_init,          &verb_info,           &verb_check,           &verb_import,
+    &verb_init,          &verb_info,           &verb_check,  &verb_fsck,           &verb_import,
     &verb_export,        &verb_snapshot,       &verb_snapshot_list,   &verb_snapshot_delete,
     &verb_snapshot_merge, &verb_snapshot_switch, &verb_resize,        &verb_convert,
     &verb_restore_descriptor, &verb_mount, &verb_umount, &verb_list, &verb_compact, &verb_balloon,
-    &verb_send, &verb_receive,
+    &verb_send, &verb_receive, &verb_replace,
 };
 
 static const char exit_codes[] =
     "Exit codes (OpenVZ's SYSEXIT_* numbers):\n"
     "  0    success (check: image clean or repaired)\n"
     "  4    cannot open: no such file, image or attachment (SYSEXIT_OPEN)\n"
-    "  7    I/O error reported by the operating system, e.g. disk full (SYSEXIT_WRITE)\n"
+    "  6    read error reported by the operating system (SYSEXIT_READ)\n"
+    "  7    write or sync error reported by the operating system, e.g. disk full (SYSEXIT_WRITE)\n"
     "  11   image or descriptor is corrupt (check: problems remain) (SYSEXIT_PLOOPFMT)\n"
     "  12   other failure, e.g. out of memory (SYSEXIT_SYS)\n"
     "  17   busy: locked by another process, served, or already attached (SYSEXIT_EBUSY)\n"
@@ -83,5 +85,15 @@ int main(int argc, char **argv)
     return cli_usage_error("unknown verb '%s'", verb);
   cli_verb_name = v->name;
   optind = 0; /* full getopt re-initialisation (GNU) */
-  return v->run(argc - 1, argv + 1);
+  if (v->interruptible)
+    cli_catch_signals();
+  int rc = v->run(argc - 1, argv + 1);
+  /* A signal that came after the last look at the cancel flag: the verb
+   * finished its work, but the caller asked it to stop; say so (the new
+   * state is complete, as if the signal had come a moment later). */
+  if (rc == EXIT_OK && cli_caught_signal())
+    rc = cli_error(cli_caught_signal() == SIGTERM ? EXIT_SIGTERM : EXIT_SIGINT,
+                   "interrupted by %s after the work was done",
+                   cli_caught_signal() == SIGTERM ? "SIGTERM" : "SIGINT");
+  return rc;
 }

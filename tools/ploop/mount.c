@@ -14,13 +14,18 @@ static int run_mount(int argc, char **argv)
   static const struct option longopts[] = {
       {"readonly", no_argument, NULL, 'r'},       {"mount-point", required_argument, NULL, 'm'},
       {"uuid", required_argument, NULL, 'u'},     {"fstype", required_argument, NULL, 't'},
-      {"options", required_argument, NULL, 'o'}, {0},
+      {"options", required_argument, NULL, 'o'}, {"fsck", no_argument, NULL, 'F'},
+      {0},
   };
   struct ploop_attach_opts o = {0};
   char uuid[PLOOP_UUID_LEN + 1];
+  bool fsck = false;
   int c;
-  while ((c = cli_getopt(argc, argv, "rm:u:t:o:", longopts)) != -1) {
+  while ((c = cli_getopt(argc, argv, "rm:u:t:o:F", longopts)) != -1) {
     switch (c) {
+    case 'F':
+      fsck = true;
+      break;
     case 'r':
       o.readonly = true;
       break;
@@ -51,7 +56,29 @@ static int run_mount(int argc, char **argv)
     return cli_usage_error("-t and -o need -m MOUNT_POINT");
   if (o.readonly)
     o.mount_flags |= MS_RDONLY;
+  if (fsck && !o.mount_point)
+    return cli_usage_error("-F checks the filesystem before mounting it: give -m MOUNT_POINT");
+  if (fsck && o.readonly)
+    return cli_usage_error("-F needs a writable disk (the check may repair)");
   struct ploop_attach_info info;
+  if (fsck) {
+    /* The device alone first, for the check; then the attach with the mount. */
+    struct ploop_attach_opts dev_only = {0};
+    if (ploop_attach_mount(argv[optind], &dev_only, &info) < 0)
+      return cli_lib_error();
+    char type[32];
+    int rc = 0;
+    if (o.fstype)
+      snprintf(type, sizeof type, "%s", o.fstype);
+    else if (ploop_fs_probe(info.device, type, sizeof type) < 0)
+      rc = cli_lib_error();
+    if (!rc && ploop_fs_check(info.device, type) < 0)
+      rc = cli_lib_error();
+    if (ploop_attach_umount(info.disk_dir) < 0 && !rc)
+      rc = cli_lib_error();
+    if (rc)
+      return rc;
+  }
   if (ploop_attach_mount(argv[optind], &o, &info) < 0)
     return cli_lib_error();
   printf("%s\n", info.device);
@@ -186,22 +213,46 @@ static int run_balloon(int argc, char **argv)
     return EXIT_OK;
   }
   if (argc < 2)
-    return cli_usage_error("missing balloon action (only 'discard' is supported)");
-  if (strcmp(argv[1], "discard") != 0)
-    return cli_usage_error("balloon %s: not supported (only 'discard')", argv[1]);
-  return run_compact(argc - 1, argv + 1);
+    return cli_usage_error("missing balloon action (discard, show or status)");
+  if (strcmp(argv[1], "discard") == 0)
+    return run_compact(argc - 1, argv + 1);
+  if (strcmp(argv[1], "show") != 0 && strcmp(argv[1], "status") != 0)
+    return cli_usage_error("balloon %s: not supported (discard, show or status)", argv[1]);
+  /* OpenVZ inflates a hidden file in the container's filesystem and moves
+   * its blocks out of the image. Here free space goes back by discard
+   * (balloon discard = compact), so there is never a balloon file and no
+   * balloon operation can be in progress; both are said the OpenVZ way. */
+  const char *action = argv[1];
+  argc--;
+  argv++;
+  int c;
+  while ((c = cli_getopt(argc, argv, "", NULL)) != -1)
+    return c == 'h' ? EXIT_OK : EXIT_USAGE;
+  if (!cli_positional(argc, argv, 1, "DISK"))
+    return EXIT_USAGE;
+  struct ploop_descriptor *d = ploop_descriptor_load(argv[optind]);
+  if (!d)
+    return cli_lib_error();
+  ploop_descriptor_free(d);
+  if (strcmp(action, "show") == 0)
+    printf("Current size of hidden balloon is 0 bytes\n");
+  else
+    printf("Current state of in-fly balloon operation is NONE\n");
+  return EXIT_OK;
 }
 
 const struct cli_verb verb_mount = {
     .name = "mount",
     .run = run_mount,
-    .synopsis = "mount [-r] [-u UUID] [-m DIR [-t FSTYPE] [-o OPTIONS]] DISK",
+    .synopsis = "mount [-r] [-u UUID] [-m DIR [-F] [-t FSTYPE] [-o OPTIONS]] DISK",
     .summary = "attach the disk as a loop device (and mount it); prints the device",
     .details = "  -r, --readonly          read-only device and mount\n"
                "  -u, --uuid UUID         attach that snapshot (always read-only)\n"
                "  -m, --mount-point DIR   mount the disk's filesystem on DIR\n"
                "  -t, --fstype TYPE       filesystem type (default: probed)\n"
                "  -o, --options OPTS      filesystem mount options\n"
+               "  -F, --fsck              check the filesystem first (ext*: e2fsck -p, which\n"
+               "                          fixes what is safe; xfs: xfs_repair -n)\n"
                "Needs root: ploop-nbd serves the disk as a FUSE file bound to a loop device.\n",
 };
 
@@ -233,6 +284,6 @@ const struct cli_verb verb_compact = {
 const struct cli_verb verb_balloon = {
     .name = "balloon",
     .run = run_balloon,
-    .synopsis = "balloon discard DISK",
-    .summary = "same as compact (ploop's spelling)",
+    .synopsis = "balloon {discard|show|status} DISK",
+    .summary = "discard: same as compact; show/status: no balloon file is ever used (0, NONE)",
 };

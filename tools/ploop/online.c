@@ -16,14 +16,17 @@ int cli_ctl_error(void)
   cli_error(0, "%s", msg && *msg ? msg : strerror(e));
   switch (e) {
   case ENOENT:
-    return EXIT_NOTFOUND;
+    return msg && strstr(msg, "no snapshot") ? EXIT_NOSNAP : EXIT_NOTFOUND;
   case EBUSY:
   case EAGAIN:
     return EXIT_BUSY;
   case EINVAL:
   case ERANGE:
+  case EEXIST:
     return EXIT_USAGE;
   case EIO:
+  case ENOSPC:
+  case EDQUOT:
     return EXIT_IO;
   default:
     return EXIT_GENERIC;

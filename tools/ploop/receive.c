@@ -13,10 +13,12 @@ static int run_receive(int argc, char **argv)
   static const struct option longopts[] = {
       {"listen", required_argument, NULL, OPT_LISTEN},
       {"json", no_argument, NULL, OPT_JSON},
+      NET_TLS_LONGOPTS,
       {0},
   };
   const char *listen_on = NULL;
   bool json = false;
+  struct net_tls tls = {0};
   int c;
   while ((c = cli_getopt(argc, argv, "", longopts)) != -1) {
     switch (c) {
@@ -29,6 +31,8 @@ static int run_receive(int argc, char **argv)
     case 'h':
       return EXIT_OK;
     default:
+      if (net_tls_option(&tls, c, optarg))
+        break;
       return EXIT_USAGE;
     }
   }
@@ -38,8 +42,14 @@ static int run_receive(int argc, char **argv)
   int fd = STDIN_FILENO, rc;
   if (!listen_on && isatty(STDIN_FILENO))
     return cli_error(EXIT_USAGE, "refusing to read a stream from a terminal (pipe one in, or use --listen)");
+  if ((rc = net_tls_check(&tls, true, listen_on ? "--listen" : NULL)))
+    return rc;
   if (listen_on && (rc = net_accept_one("--listen", listen_on, &fd)))
     return rc;
+  if (listen_on && (rc = net_tls_start(&tls, true, "--listen", listen_on, &fd))) {
+    close(fd);
+    return rc;
+  }
   struct cli_progress prog;
   cli_progress_init(&prog, "receive");
   struct ploop_receive_opts o = {.progress = cli_progress_cb, .opaque = &prog};
@@ -47,8 +57,13 @@ static int run_receive(int argc, char **argv)
   char guid[PLOOP_UUID_LEN + 1] = "";
   rc = ploop_receive(dir, &o, fd, &stats, guid);
   cli_progress_end(&prog);
-  if (fd != STDIN_FILENO)
+  if (tls.relay) {
+    int trc = net_tls_finish(&tls, rc < 0 ? NULL : "--listen", fd);
+    if (rc == 0 && trc)
+      return trc;
+  } else if (fd != STDIN_FILENO) {
     close(fd);
+  }
   if (rc < 0)
     return cli_lib_error();
   stream_cli_summary("receive", &stats, guid, json, stdout);
@@ -58,7 +73,8 @@ static int run_receive(int argc, char **argv)
 const struct cli_verb verb_receive = {
     .name = "receive",
     .run = run_receive,
-    .synopsis = "receive [--listen ADDR:PORT] [--json] DIR",
+    .synopsis = "receive [--listen ADDR:PORT [--tls-psk FILE | --tls-certificates DIR "
+                "[--tls-verify-peer]]] [--json] DIR",
     .summary = "apply a stream from 'ploop send' to the disk in DIR",
     .details = "A full stream makes a new disk in DIR (absent or empty): the sent state\n"
                "becomes a snapshot with the sender's GUID, an empty top above it. An\n"
@@ -69,6 +85,13 @@ const struct cli_verb verb_receive = {
                "stays exactly as it was.\n"
                "  --listen ADDR:PORT  accept one TCP connection ('ploop send --to') and\n"
                "                      read the stream from it (default: stdin)\n"
+               "  --tls-psk FILE      require TLS with a pre-shared key: psktool's\n"
+               "                      IDENTITY:HEXKEY lines, any of which the sender may use\n"
+               "  --tls-certificates DIR  require TLS with X.509: DIR/server-cert.pem,\n"
+               "                      server-key.pem (and ca-cert.pem)\n"
+               "  --tls-verify-peer   the sender must show a certificate signed by\n"
+               "                      DIR/ca-cert.pem\n"
                "  --json              print {\"bytes_received\",\"clusters\",\"data_bytes\",\n"
                "                      \"seconds\",\"guid\"} on stdout instead of the summary line\n",
+    .interruptible = true,
 };

@@ -122,7 +122,7 @@ static int run_resize(int argc, char **argv)
     if (ploop_attach_resize(disk, size) < 0)
       return cli_lib_error();
   } else if (st == CLI_SERVED) {
-    if (ploop_ctl_resize(disk, size) < 0)
+    if (ploop_ctl_resize_flags(disk, size, flags) < 0)
       return cli_ctl_error();
   } else {
     bool has_fs = false;
@@ -150,5 +150,6 @@ const struct cli_verb verb_resize = {
                "through a device-only attach (needs root; a shrink runs e2fsck + resize2fs,\n"
                "discards the device past the new end, then shrinks the disk), online when\n"
                "mounted (grow only).  A bare disk: the image only.\n"
-               "When ploop-nbd serves the disk unmounted, the daemon resizes the image.\n",
+               "When ploop-nbd serves the disk unmounted, the daemon resizes the image\n"
+               "(--force is passed on to it).\n",
 };

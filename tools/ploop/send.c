@@ -27,6 +27,7 @@ static int open_tmp(const char *out, char *tmp, size_t len, int *fd)
 
 static int run_send(int argc, char **argv)
 {
+  int rc;
   enum { OPT_SINCE = 256, OPT_SNAPSHOTS, OPT_COMPRESS, OPT_TO, OPT_JSON };
   static const struct option longopts[] = {
       {"uuid", required_argument, NULL, 'u'},
@@ -37,12 +38,14 @@ static int run_send(int argc, char **argv)
       {"to", required_argument, NULL, OPT_TO},
       {"force", no_argument, NULL, 'f'},
       {"json", no_argument, NULL, OPT_JSON},
+      NET_TLS_LONGOPTS,
       {0},
   };
   char guid[PLOOP_UUID_LEN + 1], since[PLOOP_UUID_LEN + 1];
   struct ploop_send_opts o = {0};
   const char *out = NULL, *to = NULL;
   bool json = false, force = false;
+  struct net_tls tls = {0};
   int c;
   while ((c = cli_getopt(argc, argv, "u:o:f", longopts)) != -1) {
     switch (c) {
@@ -77,6 +80,8 @@ static int run_send(int argc, char **argv)
     case 'h':
       return EXIT_OK;
     default:
+      if (net_tls_option(&tls, c, optarg))
+        break;
       return EXIT_USAGE;
     }
   }
@@ -84,6 +89,8 @@ static int run_send(int argc, char **argv)
     return EXIT_USAGE;
   if (out && to)
     return cli_usage_error("-o and --to are exclusive");
+  if ((rc = net_tls_check(&tls, false, to ? "--to" : NULL)))
+    return rc;
   const char *disk = argv[optind];
   struct stat st;
   if (stat(disk, &st) < 0)
@@ -97,12 +104,16 @@ static int run_send(int argc, char **argv)
   /* A reader that went away is reported as an error, not a silent SIGPIPE. */
   signal(SIGPIPE, SIG_IGN);
 
-  int fd = STDOUT_FILENO, rc;
+  int fd = STDOUT_FILENO;
   char tmp[PATH_MAX];
   if (out && (rc = open_tmp(out, tmp, sizeof tmp, &fd)))
     return rc;
   if (to && (rc = net_connect("--to", to, &fd)))
     return rc;
+  if (to && (rc = net_tls_start(&tls, false, "--to", to, &fd))) {
+    close(fd);
+    return rc;
+  }
   struct cli_progress prog;
   cli_progress_init(&prog, "send");
   o.progress = cli_progress_cb;
@@ -114,12 +125,20 @@ static int run_send(int argc, char **argv)
     rc = cli_lib_error();
   } else if (out && (fsync(fd) < 0 || rename(tmp, out) < 0)) {
     rc = cli_error(EXIT_IO, "%s: %s", out, strerror(errno));
+  } else if (to && tls.relay) {
+    /* Ends when the receiver has closed its side: it read everything. */
+    rc = net_tls_finish(&tls, "--to", fd);
+    fd = -1;
   } else if (to && shutdown(fd, SHUT_WR) < 0) {
     rc = cli_error(EXIT_IO, "--to %s: %s", to, strerror(errno));
   } else {
     rc = EXIT_OK;
   }
-  if (fd != STDOUT_FILENO)
+  if (tls.relay) {
+    net_tls_finish(&tls, NULL, fd); /* after a failure: its line is already out */
+    fd = -1;
+  }
+  if (fd != STDOUT_FILENO && fd >= 0)
     close(fd);
   if (out && rc != EXIT_OK)
     unlink(tmp); /* a partial stream must not pass for one */
@@ -131,8 +150,8 @@ static int run_send(int argc, char **argv)
 const struct cli_verb verb_send = {
     .name = "send",
     .run = run_send,
-    .synopsis = "send [-u GUID] [--since GUID] [--snapshots] [--compress] [-o FILE [-f] | --to HOST:PORT] "
-                "[--json] DISK",
+    .synopsis = "send [-u GUID] [--since GUID] [--snapshots] [--compress] [-o FILE [-f] | --to HOST:PORT [--tls-psk FILE | "
+                "--tls-certificates DIR]] [--json] DISK",
     .summary = "write a disk state as a stream (full or incremental) for 'ploop receive'",
     .details =
         "  -u, --uuid GUID    send that snapshot's state (default: the top, which must\n"
@@ -146,9 +165,15 @@ const struct cli_verb verb_send = {
         "  -o, --output FILE  write to FILE (through FILE.tmp, renamed when complete)\n"
         "  -f, --force        overwrite FILE if it exists\n"
         "  --to HOST:PORT     connect to 'ploop receive --listen' and send there\n"
+        "  --tls-psk FILE     TLS with a pre-shared key (psktool's IDENTITY:HEXKEY; the\n"
+        "                     first line's identity), as the receiver's --tls-psk\n"
+        "  --tls-certificates DIR  TLS with X.509: DIR/ca-cert.pem checks the receiver's\n"
+        "                     certificate (made for HOST); DIR/client-cert.pem and\n"
+        "                     client-key.pem are shown when present\n"
         "  --json             print {\"bytes_sent\",\"clusters\",\"data_bytes\",\"seconds\",\"guid\"};\n"
         "                     on stdout, or on stderr when the stream goes to stdout\n"
         "The stream goes to stdout by default (never to a terminal). A snapshot can\n"
         "be sent while the disk is served read-write (ploop-nbd). One summary line\n"
         "goes to stderr (bytes, clusters, rate, time); a progress bar on a terminal.\n",
+    .interruptible = true,
 };

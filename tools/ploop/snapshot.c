@@ -219,7 +219,7 @@ static int run_snapshot_list(int argc, char **argv)
     return cli_lib_error();
   if (have_uuid && !ploop_descriptor_find_image(d, uuid)) {
     ploop_descriptor_free(d);
-    return cli_error(EXIT_NOTFOUND, "%s: no snapshot %s", disk, uuid);
+    return cli_error(EXIT_NOSNAP, "%s: no snapshot %s", disk, uuid);
   }
 
   if (json)
@@ -310,6 +310,7 @@ const struct cli_verb verb_snapshot_delete = {
     .synopsis = "snapshot-delete -u UUID DISK",
     .summary = "delete a snapshot (its data is merged into its only child if needed)",
     .details = "  -u, --uuid UUID   the snapshot to delete (not the current top)\n",
+    .interruptible = true,
 };
 
 const struct cli_verb verb_snapshot_merge = {
@@ -321,7 +322,10 @@ const struct cli_verb verb_snapshot_merge = {
                "                    state is gone after, UUID keeps its own)\n"
                "                    default: the current top into the snapshot below it\n"
                "  -A, --all         merge every delta down into the base image\n"
-               "Online when ploop-nbd serves the disk, offline otherwise.\n",
+               "Online when ploop-nbd serves the disk, offline otherwise.\n"
+               "SIGINT/SIGTERM stop an offline merge (exit 130/143); the disk reads as\n"
+               "before and running the merge again finishes it.\n",
+    .interruptible = true,
 };
 
 const struct cli_verb verb_snapshot_switch = {
