@@ -93,7 +93,7 @@ $(BUILD)/bin/ploop-nbd: $(call obj,$(NBD_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
 # each shared object is ~0.3 ms of mapping and relocation at every start.
 LD_STATIC  := -Wl,-Bstatic
 LD_DYNAMIC := -Wl,-Bdynamic
-CT_STATIC := $(foreach l,aio uuid xxhash z blkid seccomp,$(if $(wildcard /usr/lib/$(shell $(CC) -dumpmachine)/lib$(l).a),-l$(l)))
+CT_STATIC := $(foreach l,aio uuid xxhash z blkid seccomp nettle,$(if $(wildcard /usr/lib/$(shell $(CC) -dumpmachine)/lib$(l).a),-l$(l)))
 CT_LIBS   := $(filter-out -lxml2 $(CT_STATIC),$(LIBS) -lblkid -lz -lseccomp -lgnutls -lnettle) $(if $(CT_STATIC),$(LD_STATIC) $(CT_STATIC) $(LD_DYNAMIC)) -ldl
 $(BUILD)/bin/ploop-container: $(call obj,$(CT_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
 	@mkdir -p $(dir $@)
