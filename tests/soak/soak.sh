@@ -92,7 +92,7 @@ ct create c1 --size 128M >/dev/null
 loops_before=$(losetup -a | grep -c "$CTROOT/" || true)
 
 fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
-FD0_SERVER=$(fds $SPID) FD0_MOUNT=$(fds "$MPID")
+FD0_SERVER=$(fds "$SPID") FD0_MOUNT=$(fds "$MPID")
 
 # ---- the load -------------------------------------------------------------
 cat "/proc/$SPID/smaps" >"$TMP/out/smaps.server.start" 2>/dev/null
@@ -103,14 +103,17 @@ END=$((T0 + SECS))
 log "start: $SECS s, ploop-nbd pid $SPID on 127.0.0.1:$port, mount daemon pid $MPID, build $BUILD"
 
 # Sampler: RSS (KiB) and fd count of both daemons, once a second.
-"$PY" "$HERE/soak-stats.py" sample "$TMP/samples" "$T0" "$TMP/stop-sampler" "$TMP/ctl-busy" $GRACE $SPID "$MPID" &
+"$PY" "$HERE/soak-stats.py" sample "$TMP/samples" "$T0" "$TMP/stop-sampler" "$TMP/ctl-busy" $GRACE "$SPID" "$MPID" &
 SAMPLER=$!
-
+# On an early exit, the parts still running go first (cleanups run last-in
+# first-out): the timeout wrappers pass the signal on to their command.
 pids=() names=()
-for ((c = 0; c < NCLIENTS; c++)); do
-  timeout -k 5 $GRACE "$PY" "$HERE/nbd-load.py" "127.0.0.1:$port" $c $((c * REGION)) $REGION "$SECS" 10000000 \
-    "$TMP/out/model.$c" >"$TMP/out/client.$c" 2>&1 &
-  pids+=($!) names+=("client $c")
+cleanup 'kill "${pids[@]}" $SAMPLER 2>/dev/null; wait "${pids[@]}" $SAMPLER 2>/dev/null'
+
+for ((k = 0; k < NCLIENTS; k++)); do
+  timeout -k 5 $GRACE "$PY" "$HERE/nbd-load.py" "127.0.0.1:$port" $k $((k * REGION)) $REGION "$SECS" 10000000 \
+    "$TMP/out/model.$k" >"$TMP/out/client.$k" 2>&1 &
+  pids+=($!) names+=("client $k")
 done
 
 # Online snapshots and merges of A.
@@ -134,7 +137,7 @@ done
     esac
     t=$(date +%s%N)
     touch "$TMP/ctl-busy"
-    out=$($PLOOP $op "${args[@]}" "$A" 2>&1) || { rm -f "$TMP/ctl-busy"; note_fail "$op ${args[*]} (depth ${#uuids[@]}): $out"; continue; }
+    out=$($PLOOP "$op" "${args[@]}" "$A" 2>&1) || { rm -f "$TMP/ctl-busy"; note_fail "$op ${args[*]} (depth ${#uuids[@]}): $out"; continue; }
     rm -f "$TMP/ctl-busy"
     echo "$op $((($(date +%s%N) - t) / 1000000))" >>"$TMP/out/snapshot-ms"
     if [[ $op == snapshot ]]; then snaps=$((snaps + 1)); else merges=$((merges + 1)); fi
@@ -174,6 +177,7 @@ for i in "${!pids[@]}"; do
   wait "${pids[i]}" || note_fail "${names[i]} exited $?"
   [[ $(date +%s) -le $((END + 1)) ]] || log "${names[i]} done"
 done
+pids=() # all reaped: nothing for the early-exit cleanup to kill
 log "load done"
 for ((c = 0; c < NCLIENTS; c++)); do
   grep -q '^{' "$TMP/out/client.$c" || note_fail "client $c: $(tail -1 "$TMP/out/client.$c")"
@@ -192,6 +196,7 @@ cat "/proc/$MPID/smaps" >"$TMP/out/smaps.mount.end" 2>/dev/null
 sleep 1.2 # one more sample at idle
 touch "$TMP/stop-sampler"
 wait $SAMPLER
+SAMPLER=
 
 # ---- the checks -----------------------------------------------------------
 kill $SPID
