@@ -1,22 +1,27 @@
 #!/usr/bin/env python3
 """The soak's figures and its resource rule.
 
-  soak-stats.py sample SAMPLES T0 STOPFILE MAXSECS PID1 PID2
+  soak-stats.py sample SAMPLES T0 STOPFILE BUSYFILE MAXSECS PID1 PID2
   soak-stats.py SAMPLES OUTDIR NCLIENTS SECONDS FD0_SERVER FD1_SERVER FD0_MOUNT FD1_MOUNT
 
-`sample` writes a line a second to SAMPLES, "T RSS_KB FDS RSS_KB FDS" for
-the two processes (T in seconds since the epoch time T0), until STOPFILE
+`sample` writes a line a second to SAMPLES, "T RSS_KB FDS RSS_KB FDS BUSY"
+for the two processes (T in seconds since the epoch time T0; BUSY 1 while
+BUSYFILE exists, i.e. an online snapshot or merge runs), until STOPFILE
 exists or MAXSECS passed: one process, no fork per sample, so that a loaded
 machine still gets its samples on time.
 
 SAMPLES: from `sample`, for ploop-nbd and the mount's daemon. OUTDIR: the clients' JSON lines (client.N), the file
-writer's (fs), "snaps merges" (snapshots), "runs starts" (container).
+writer's (fs), "snaps merges" (snapshots) and "OP MS" lines (snapshot-ms),
+"runs starts" (container).
 
 The rule, for each daemon: the first 10% of the run (at least 20 s) is
 warm-up and not judged (the mount daemon's FUSE ring buffers, 1 MiB per
 entry, are touched as requests of growing sizes come); of the samples after it
 up to SECONDS (the load's end; after it come the final reads and merges), the median RSS of the last
-quarter must be within 10% + 8 MiB of the first quarter's. fd counts taken
+quarter must be within 10% + 8 MiB of the first quarter's. For ploop-nbd,
+samples taken while an online snapshot or merge ran are left out: a merge
+holds up to 64 MiB of copy buffers (MERGE_INFLIGHT_BYTES in copy.c) until it
+ends, which is not growth. fd counts taken
 at idle (no client connected, one delta) before and after the load must be
 equal; during the load they move with clients and snapshot depth, so only
 their range is printed. Exit 1 when the rule fails.
@@ -54,13 +59,15 @@ def rss_fds(pid):
 
 
 def sample():
-    out, t0, stop, maxsecs = sys.argv[2], float(sys.argv[3]), sys.argv[4], float(sys.argv[5])
-    pids = [int(p) for p in sys.argv[6:8]]
+    out, t0, stop, busy, maxsecs = sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5], float(sys.argv[6])
+    pids = [int(p) for p in sys.argv[7:9]]
     with open(out, "w") as f:
         while not os.path.exists(stop) and time.time() - t0 < maxsecs:
             row = [int(time.time() - t0)]
+            b = os.path.exists(busy)
             for p in pids:
                 row += rss_fds(p)
+            row.append(int(b or os.path.exists(busy)))
             f.write(" ".join(map(str, row)) + "\n")
             f.flush()
             time.sleep(1 - (time.time() - t0) % 1)
@@ -75,6 +82,7 @@ def main():
     ok = True
 
     tot = dict(ops=0, bytes_written=0, bytes_verified=0)
+    slowest = 0
     for c in range(ncl):
         j = load_json(os.path.join(out, "client.%d" % c))
         if not j:
@@ -86,10 +94,16 @@ def main():
                                                      j["bytes_verified"] >> 20))
         for k in tot:
             tot[k] += j[k]
-    print("clients: %d ops, %d MiB written, %d MiB verified" % (tot["ops"], tot["bytes_written"] >> 20,
-                                                                tot["bytes_verified"] >> 20))
+        slowest = max(slowest, j["max_batch_ms"])
+    print("clients: %d ops, %d MiB written, %d MiB verified; slowest request batch %d ms" %
+          (tot["ops"], tot["bytes_written"] >> 20, tot["bytes_verified"] >> 20, slowest))
     sm = words(os.path.join(out, "snapshots"))
     print("online snapshots: %s, merges: %s" % tuple(sm or ["?", "?"]))
+    ms = {}
+    for w in zip(*[iter(words(os.path.join(out, "snapshot-ms")))] * 2):
+        ms.setdefault(w[0], []).append(int(w[1]))
+    for op, v in sorted(ms.items()):
+        print("  %s: median %d ms, max %d ms" % (op, statistics.median(v), max(v)))
     ct = words(os.path.join(out, "container"))
     print("container: %s runs of /bin/true, %s start+stop" % tuple(ct or ["?", "?"]))
     fs = load_json(os.path.join(out, "fs"))
@@ -100,7 +114,7 @@ def main():
     rows = []
     for line in open(samples):
         w = line.split()
-        if len(w) == 5 and all(x.isdigit() for x in w):
+        if len(w) == 6 and all(x.isdigit() for x in w):
             rows.append(list(map(int, w)))
     if len(rows) < 8:
         print("resources: only %d samples, too few to judge" % len(rows))
@@ -113,10 +127,10 @@ def main():
     print("timeline (s: ploop-nbd RSS KiB/fds, mount daemon RSS KiB/fds):")
     step = max(1, len(rows) // 12)
     for r in rows[::step] + ([rows[-1]] if (len(rows) - 1) % step else []):
-        print("  %4d: %7d/%-3d %7d/%-3d" % tuple(r))
+        print("  %4d: %7d/%-3d %7d/%-3d%s" % (tuple(r[:5]) + (" (snapshot or merge running)" if r[5] else "",)))
     q = max(1, len(judged) // 4)
     for name, col, fd0, fd1 in (("ploop-nbd", 1, fd0_s, fd1_s), ("mount daemon", 3, fd0_m, fd1_m)):
-        rss = [r[col] for r in judged if r[col] > 0]
+        rss = [r[col] for r in judged if r[col] > 0 and not (col == 1 and r[5])]
         fds = [r[col + 1] for r in rows if r[col + 1] > 0]
         if len(rss) < 4:
             print("%s: no samples" % name)

@@ -4,7 +4,7 @@
 #   - ploop-nbd serves disk A on 127.0.0.1 (a port of 21800-21899); 8 NBD
 #     clients (nbd-load.py) do mixed, verified I/O, each on a region of its own
 #     (regions end mid-cluster, so neighbours share clusters);
-#   - every 2-4 s an online snapshot or merge of A through the control socket
+#   - every 1-3 s an online snapshot or merge of A through the control socket
 #     (`ploop snapshot`, `ploop snapshot-merge [-u UUID | -A]`), depth <= 3;
 #   - a container on its own ploop disk: `run -- /bin/true`, and every 4th
 #     time `start` + `stop`;
@@ -33,29 +33,33 @@ HERE=$TOP/tests/soak
 SECS=${SOAK_SECONDS:-600}
 [[ $SECS =~ ^[0-9]+$ && $SECS -ge 10 ]] || fail "SOAK_SECONDS: expected a number >= 10, got '$SECS'"
 NCLIENTS=8
-REGION=$((24 * 1048576 + 524288)) # 24.5 MiB: regions end mid-cluster
+REGION=$((12 * 1048576 + 524288)) # 12.5 MiB: regions end mid-cluster
 MAX_LOOPS=100000                  # a bound on every loop besides the clock
 GRACE=$((SECS + 180))             # no part may outlive this
 export PLOOP_NO_PROGRESS=1 PLOOP_RUN_DIR=$TMP/run
-# Sanitized builds: keep ASan's quarantine of freed memory small, so that the
-# RSS rule sees the program's memory and not the allocator's cache.
+# Sanitized builds: keep ASan's quarantine of freed memory small and global
+# (little per thread), so that the RSS rule sees the program's memory and not
+# the allocator's cache.
 # Reports of every process (daemons too: their stderr may go nowhere) land in
 # $TMP/san and fail the soak.
 mkdir -p "$TMP/san"
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}:quarantine_size_mb=16:thread_local_quarantine_size_kb=256:log_path=$TMP/san/asan
+export ASAN_OPTIONS=detect_leaks=0:quarantine_size_mb=8:thread_local_quarantine_size_kb=64:log_path=$TMP/san/asan
+# The two daemons are also checked for leaks when they exit.
+LEAKS=${ASAN_OPTIONS/detect_leaks=0/detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}:log_path=$TMP/san/ubsan
 A=$TMP/a B=$TMP/b M=$TMP/mnt
 # SOAK_KEEP=DIR keeps the samples and every part's output there.
-[[ -n ${SOAK_KEEP:-} ]] && cleanup "mkdir -p '$SOAK_KEEP' && cp -r '$TMP/out' '$TMP/samples' '$TMP/server.log' '$SOAK_KEEP/' 2>/dev/null"
+[[ -n ${SOAK_KEEP:-} ]] && cleanup "mkdir -p '$SOAK_KEEP' && cp -r '$TMP/out' '$TMP/samples' '$TMP/server.log' '$TMP/san' '$SOAK_KEEP/' 2>/dev/null"
 mkdir -p "$A" "$B" "$M" "$TMP/out"
 log() { printf '[soak %4ds] %s\n' $(($(date +%s) - ${T0:-$(date +%s)})) "$*"; }
 note_fail() { echo "$*" >>"$TMP/failures"; }
 
 # ---- setup, before the clock starts --------------------------------------
+SETUP0=$(date +%s)
 $PLOOP init -s $((NCLIENTS * REGION / 1048576 + 4))M "$A/root.hds" >/dev/null
 port=
 for p in $(seq 21800 21819); do
-  $PLOOP_NBD -p "$p" -b 127.0.0.1 "$A" 2>"$TMP/server.log" &
+  ASAN_OPTIONS=$LEAKS $PLOOP_NBD -p "$p" -b 127.0.0.1 "$A" 2>"$TMP/server.log" &
   SPID=$!
   for _ in $(seq 50); do
     ss -Hltn "sport = :$p" | grep -q . && break
@@ -72,7 +76,7 @@ done
 cleanup "kill $SPID 2>/dev/null; wait $SPID 2>/dev/null"
 
 $PLOOP init -s 256M -t ext4 "$B/root.hds" >/dev/null
-$PLOOP mount -m "$M" "$B" >/dev/null
+ASAN_OPTIONS=$LEAKS $PLOOP mount -m "$M" "$B" >/dev/null
 cleanup "$PLOOP umount '$B' >/dev/null 2>&1"
 MPID=$($PLOOP list --json | "$PY" -c 'import json,sys; print([a["pid"] for a in json.load(sys.stdin) if a["disk"] == sys.argv[1]][0])' "$B")
 kill -0 "$MPID" || fail "no daemon for the mount"
@@ -88,22 +92,28 @@ ct create c1 --size 128M >/dev/null
 loops_before=$(losetup -a | grep -c "$CTROOT/" || true)
 
 fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
-FD0_SERVER=$(fds $SPID) FD0_MOUNT=$(fds "$MPID")
+FD0_SERVER=$(fds "$SPID") FD0_MOUNT=$(fds "$MPID")
 
 # ---- the load -------------------------------------------------------------
+cat "/proc/$SPID/smaps" >"$TMP/out/smaps.server.start" 2>/dev/null
+cat "/proc/$MPID/smaps" >"$TMP/out/smaps.mount.start" 2>/dev/null
+log "setup took $(($(date +%s) - SETUP0)) s"
 T0=$(date +%s)
 END=$((T0 + SECS))
 log "start: $SECS s, ploop-nbd pid $SPID on 127.0.0.1:$port, mount daemon pid $MPID, build $BUILD"
 
 # Sampler: RSS (KiB) and fd count of both daemons, once a second.
-"$PY" "$HERE/soak-stats.py" sample "$TMP/samples" "$T0" "$TMP/stop-sampler" $GRACE $SPID "$MPID" &
+"$PY" "$HERE/soak-stats.py" sample "$TMP/samples" "$T0" "$TMP/stop-sampler" "$TMP/ctl-busy" $GRACE "$SPID" "$MPID" &
 SAMPLER=$!
-
+# On an early exit, the parts still running go first (cleanups run last-in
+# first-out): the timeout wrappers pass the signal on to their command.
 pids=() names=()
-for ((c = 0; c < NCLIENTS; c++)); do
-  timeout -k 5 $GRACE "$PY" "$HERE/nbd-load.py" "127.0.0.1:$port" $c $((c * REGION)) $REGION "$SECS" 10000000 \
-    "$TMP/out/model.$c" >"$TMP/out/client.$c" 2>&1 &
-  pids+=($!) names+=("client $c")
+cleanup 'kill "${pids[@]}" $SAMPLER 2>/dev/null; wait "${pids[@]}" $SAMPLER 2>/dev/null'
+
+for ((k = 0; k < NCLIENTS; k++)); do
+  timeout -k 5 $GRACE "$PY" "$HERE/nbd-load.py" "127.0.0.1:$port" $k $((k * REGION)) $REGION "$SECS" 10000000 \
+    "$TMP/out/model.$k" >"$TMP/out/client.$k" 2>&1 &
+  pids+=($!) names+=("client $k")
 done
 
 # Online snapshots and merges of A.
@@ -113,25 +123,24 @@ done
   RANDOM=7
   while (($(date +%s) < END && n < MAX_LOOPS)); do
     n=$((n + 1))
-    pause=$((2 + RANDOM % 3))
-    (($(date +%s) + pause < END)) || break
-    sleep "$pause.$((RANDOM % 10))"
+    (($(date +%s) + 2 < END)) || break
+    sleep "$((1 + RANDOM % 2)).$((RANDOM % 10))"
     mapfile -t uuids < <($PLOOP snapshot-list -H -o uuid "$A")
-    depth=${#uuids[@]}
-    if ((depth < 2 || (depth < 3 && RANDOM % 2))); then
-      out=$($PLOOP snapshot "$A" 2>&1) || { note_fail "snapshot $snaps+1: $out"; continue; }
-      snaps=$((snaps + 1))
-    else
-      # The plain form merges the top down; -u merges the oldest snapshot
-      # above the base into its parent; -A merges everything.
-      case $((RANDOM % 4)) in
-      0) args=(-u "${uuids[1]}") ;;
-      1) args=(-A) ;;
-      *) args=() ;;
-      esac
-      out=$($PLOOP snapshot-merge "${args[@]}" "$A" 2>&1) || { note_fail "snapshot-merge ${args[*]}: $out"; continue; }
-      merges=$((merges + 1))
-    fi
+    # A cycle of six: snapshot, merge the top down, two snapshots, merge the
+    # oldest snapshot above the base into it (-u), merge everything (-A).
+    case $((n % 6)):${#uuids[@]} in
+    1:* | 3:* | 4:*) args=() op=snapshot ;;
+    2:*) args=() op=snapshot-merge ;;
+    5:1 | 0:1) args=() op=snapshot ;;
+    5:*) args=(-u "${uuids[1]}") op=snapshot-merge ;;
+    0:*) args=(-A) op=snapshot-merge ;;
+    esac
+    t=$(date +%s%N)
+    touch "$TMP/ctl-busy"
+    out=$($PLOOP "$op" "${args[@]}" "$A" 2>&1) || { rm -f "$TMP/ctl-busy"; note_fail "$op ${args[*]} (depth ${#uuids[@]}): $out"; continue; }
+    rm -f "$TMP/ctl-busy"
+    echo "$op $((($(date +%s%N) - t) / 1000000))" >>"$TMP/out/snapshot-ms"
+    if [[ $op == snapshot ]]; then snaps=$((snaps + 1)); else merges=$((merges + 1)); fi
   done
   echo "$snaps $merges" >"$TMP/out/snapshots"
 ) &
@@ -168,6 +177,7 @@ for i in "${!pids[@]}"; do
   wait "${pids[i]}" || note_fail "${names[i]} exited $?"
   [[ $(date +%s) -le $((END + 1)) ]] || log "${names[i]} done"
 done
+pids=() # all reaped: nothing for the early-exit cleanup to kill
 log "load done"
 for ((c = 0; c < NCLIENTS; c++)); do
   grep -q '^{' "$TMP/out/client.$c" || note_fail "client $c: $(tail -1 "$TMP/out/client.$c")"
@@ -175,13 +185,18 @@ done
 grep -q '^{' "$TMP/out/fs" || note_fail "file writer: $(tail -1 "$TMP/out/fs")"
 
 # Back to one delta, clients gone: the idle fd count of the server.
+touch "$TMP/ctl-busy"
 $PLOOP snapshot-merge -A "$A" >/dev/null 2>&1 || true
+rm -f "$TMP/ctl-busy"
 [[ $($PLOOP snapshot-list -H -o uuid "$A" | wc -l) -eq 1 ]] || note_fail "A still has snapshots after merge -A"
 for _ in $(seq 50); do [[ $(fds $SPID) -le $FD0_SERVER ]] && break; sleep 0.1; done
 FD1_SERVER=$(fds $SPID) FD1_MOUNT=$(fds "$MPID")
+cat "/proc/$SPID/smaps" >"$TMP/out/smaps.server.end" 2>/dev/null
+cat "/proc/$MPID/smaps" >"$TMP/out/smaps.mount.end" 2>/dev/null
 sleep 1.2 # one more sample at idle
 touch "$TMP/stop-sampler"
 wait $SAMPLER
+SAMPLER=
 
 # ---- the checks -----------------------------------------------------------
 kill $SPID
