@@ -103,7 +103,7 @@ $(BUILD)/bin/ploop-container: $(call obj,$(CT_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lcriterion
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lcriterion -lgnutls
 
 # Crash-test driver for tests/integration/crash-*.sh (libploop, no criterion).
 $(BUILD)/tests/crash-writer: $(call obj,$(CRASH_SRC)) $(LIB_A)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct ploop_tls_creds {
@@ -221,6 +222,24 @@ static void peer_name(struct ploop_tls *t, bool psk)
   gnutls_x509_crt_deinit(crt);
 }
 
+/* GnuTLS reads and writes with recv()/send(), which pipes refuse (ploop-nbd
+ * -s serves stdin/stdout): plain read()/write() there. */
+static ssize_t fd_pull(gnutls_transport_ptr_t p, void *buf, size_t len)
+{
+  return read((int)(intptr_t)p, buf, len);
+}
+
+static ssize_t fd_push(gnutls_transport_ptr_t p, const void *buf, size_t len)
+{
+  return write((int)(intptr_t)p, buf, len);
+}
+
+static bool is_socket(int fd)
+{
+  struct stat st;
+  return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 static struct ploop_tls *session(struct ploop_tls_creds *cr, int rfd, int wfd, const char *hostname,
                                  char *err, size_t errlen)
 {
@@ -257,6 +276,10 @@ static struct ploop_tls *session(struct ploop_tls_creds *cr, int rfd, int wfd, c
     return NULL;
   }
   gnutls_transport_set_int2(t->s, rfd, wfd);
+  if (!is_socket(rfd))
+    gnutls_transport_set_pull_function(t->s, fd_pull);
+  if (!is_socket(wfd))
+    gnutls_transport_set_push_function(t->s, fd_push);
   gnutls_handshake_set_timeout(t->s, 0);
   do
     r = gnutls_handshake(t->s);
