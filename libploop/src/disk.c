@@ -98,8 +98,10 @@ int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags)
   }
   struct ploop_delta *top = disk->deltas[0];
   /* The descriptor and the top's header must agree on the size (OpenVZ
-   * refuses too); a resize killed between the two is repaired by check -F. */
-  if (!guid && !top->raw && top->h.size_sectors != desc->size_sectors) {
+   * refuses too). A resize killed between the two leaves the top marked in
+   * use: opened anyway (ALLOW_DIRTY, crash recovery), the header wins, and
+   * check -F repairs the descriptor. */
+  if (!guid && !top->raw && top->h.size_sectors != desc->size_sectors && !(flags & PLOOP_OPEN_ALLOW_DIRTY)) {
     ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
                 "%s: Disk_size %llu sectors in %s disagrees with %s (%llu sectors); 'ploop check -F' repairs it",
                 disk->dir, (unsigned long long)desc->size_sectors, PLOOP_DESCRIPTOR_NAME, top->path,

@@ -188,7 +188,7 @@ for t in $(moments "$dur"); do
 done
 # A receive that waits on a slow pipe is interrupted mid-stream.
 $PLOOP send -o full.stream ref >/dev/null 2>&1
-for t in 0.2 0.5; do
+for t in 1.0 2.0; do
   { head -c 12M full.stream; sleep 3; } | {
     timeout -k 30 90 $PLOOP receive rcv >/dev/null 2>"$TMP/int.err" &
     pid=$!

@@ -98,7 +98,23 @@ if [[ $(id -u) -eq 0 ]] && command -v mkfs.ext4 >/dev/null && command -v dumpe2f
     err=$(expect_fail $PLOOP snapshot -u "$s" f)
     [[ $(grep -o "$TMP/f" <<<"$err" | wc -l) -eq 1 ]] || fail "the disk is not named exactly once: $err"
     code_is 43 $PLOOP snapshot-merge -u '{11111111-2222-3333-4444-555555555555}' f
+    # snapshot-delete of a served disk: online (the child merged into it)
+    echo one >mnt/one
+    s1=$($PLOOP snapshot f)
+    echo two >mnt/two
+    n0=$($PLOOP snapshot-list -H f | wc -l)
+    $PLOOP snapshot-delete -u "$s1" f >/dev/null || fail "online snapshot-delete"
+    [[ $($PLOOP snapshot-list -H f | wc -l) -eq $((n0 - 1)) ]] || fail "online delete left the snapshot"
+    ! $PLOOP snapshot-list -H -o uuid f | grep -qF "$s1" || fail "online delete: $s1 still listed"
+    [[ $(cat mnt/one mnt/two) == "one
+two" ]] || fail "online delete changed the mounted data"
+    code_is 17 $PLOOP snapshot-switch -u "$s" f
+    code_is 43 $PLOOP snapshot-delete -u '{11111111-2222-3333-4444-555555555555}' f
     $PLOOP umount f >/dev/null || fail "umount after mount -F"
+    $PLOOP check -f f >/dev/null || fail "check after the online verbs"
+    if [[ -x $OVZ ]]; then
+      for img in f/root.hds*; do "$OVZ" check -f -c -r "$img" >/dev/null 2>&1 || fail "OpenVZ's check of $img"; done
+    fi
     code_is 38 $PLOOP mount -F f
     echo "ok: mount -F"
   else

@@ -251,7 +251,8 @@ static int info_disk(struct ploop_descriptor *d, struct info *in)
     in->file_bytes += im->di.file_bytes;
     in->disk_bytes += im->di.disk_bytes;
     if (strcmp(img->guid, d->top_guid) == 0) {
-      if (!img->plain && im->di.virtual_bytes != d->size_sectors * 512)
+      /* (Marked in use: a resize may have been killed mid-way; check -F.) */
+      if (!img->plain && !im->di.in_use && im->di.virtual_bytes != d->size_sectors * 512)
         return cli_error(EXIT_CORRUPT,
                          "%s: Disk_size %" PRIu64 " sectors in %s disagrees with %s (%" PRIu64
                          " sectors); 'ploop check -F' repairs it",

@@ -61,8 +61,44 @@ static int run_snapshot(int argc, char **argv)
   return EXIT_OK;
 }
 
-/* snapshot-delete and snapshot-switch: -u UUID DISK, one library call. */
-static int run_uuid_verb(int argc, char **argv, int (*op)(const char *, const char *))
+/* A served disk: deleting a snapshot with one child is merging that child
+ * into it (the child's state stays, under the child's GUID), which the
+ * daemon does online, as snapshot-merge does. */
+static int delete_online(const char *disk, const char *uuid)
+{
+  struct ploop_descriptor *d = ploop_descriptor_load(disk);
+  if (!d)
+    return cli_lib_error();
+  int rc = 0;
+  const char *child = NULL;
+  size_t children = 0;
+  bool found = false;
+  for (size_t i = 0; i < d->n_snapshots; i++) {
+    if (strcmp(d->snapshots[i].guid, uuid) == 0)
+      found = true;
+    if (strcmp(d->snapshots[i].parent, uuid) == 0) {
+      child = d->snapshots[i].guid;
+      children++;
+    }
+  }
+  if (!found)
+    rc = cli_error(EXIT_NOSNAP, "%s: no snapshot %s", disk, uuid);
+  else if (strcmp(uuid, d->top_guid) == 0)
+    rc = cli_error(EXIT_USAGE, "%s: %s is the current top; it cannot be deleted", disk, uuid);
+  else if (children > 1)
+    rc = cli_error(EXIT_USAGE, "%s: snapshot %s has %zu children; delete them first", disk, uuid, children);
+  else if (children == 0)
+    rc = cli_error(EXIT_BUSY,
+                   "%s: snapshot %s is not under the served top; deleting it needs the disk stopped "
+                   "(ploop umount)",
+                   disk, uuid);
+  else if (ploop_ctl_merge(disk, strcmp(child, d->top_guid) == 0 ? NULL : child, false) < 0)
+    rc = cli_ctl_error();
+  ploop_descriptor_free(d);
+  return rc;
+}
+
+static int run_snapshot_delete(int argc, char **argv)
 {
   char uuid[PLOOP_UUID_LEN + 1];
   bool have;
@@ -70,19 +106,37 @@ static int run_uuid_verb(int argc, char **argv, int (*op)(const char *, const ch
   int rc = parse_uuid_disk(argc, argv, true, uuid, &have, &disk);
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
-  if (op(disk, uuid) < 0)
+  int st = cli_online_state(disk, NULL);
+  if (st < 0)
+    return -st;
+  if (st != CLI_OFFLINE)
+    return delete_online(disk, uuid);
+  if (ploop_snapshot_delete(disk, uuid) < 0)
     return cli_lib_error();
   return EXIT_OK;
 }
 
-static int run_snapshot_delete(int argc, char **argv)
-{
-  return run_uuid_verb(argc, argv, ploop_snapshot_delete);
-}
-
 static int run_snapshot_switch(int argc, char **argv)
 {
-  return run_uuid_verb(argc, argv, ploop_snapshot_switch);
+  char uuid[PLOOP_UUID_LEN + 1];
+  bool have;
+  const char *disk = NULL;
+  int rc = parse_uuid_disk(argc, argv, true, uuid, &have, &disk);
+  if (rc)
+    return rc < 0 ? EXIT_OK : rc;
+  int st = cli_online_state(disk, NULL);
+  if (st < 0)
+    return -st;
+  /* The daemon has no switch: the disk's contents would change under its
+   * users (a mounted filesystem among them). Said plainly, not "locked". */
+  if (st != CLI_OFFLINE)
+    return cli_error(EXIT_BUSY,
+                     "%s: served by ploop-nbd; a switch replaces the disk's contents under its users: "
+                     "ploop umount it first",
+                     disk);
+  if (ploop_snapshot_switch(disk, uuid) < 0)
+    return cli_lib_error();
+  return EXIT_OK;
 }
 
 static int run_snapshot_merge(int argc, char **argv)
@@ -309,7 +363,8 @@ const struct cli_verb verb_snapshot_delete = {
     .run = run_snapshot_delete,
     .synopsis = "snapshot-delete -u UUID DISK",
     .summary = "delete a snapshot (its data is merged into its only child if needed)",
-    .details = "  -u, --uuid UUID   the snapshot to delete (not the current top)\n",
+    .details = "  -u, --uuid UUID   the snapshot to delete (not the current top)\n"
+               "Online when ploop-nbd serves the disk (its one child is merged into it).\n",
     .interruptible = true,
 };
 
