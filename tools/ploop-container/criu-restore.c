@@ -402,32 +402,17 @@ int ct_restore(const char *name, const char *criu_bin, const char *images_dir, b
   cleanup_close int lock = ct_lock(name);
   if (lock < 0)
     return -1;
-  int pfd[2];
-  if (pipe2(pfd, O_CLOEXEC) < 0)
-    return ct_fail(errno, "pipe");
   cleanup_free char *log = ct_path(name, "console.log");
-  pid_t pid = fork();
+  int pfd[2];
+  /* A caller's sockets (a migration's connection and listener) are not the
+   * monitor's: kept open they would keep the peer's connection up. */
+  pid_t pid = monitor_fork(name, lock, true, &pfd[0], &pfd[1]);
   if (pid < 0)
-    return ct_fail(errno, "fork");
+    return -1;
   if (pid == 0) {
-    close(pfd[0]);
-    setsid();
-    int in = open("/dev/null", O_RDONLY);
-    int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
-      _exit(1);
-    close(in);
-    close(out);
-    /* A caller's sockets (a migration's connection and listener) are not
-     * the monitor's: kept open they would outlive the caller in the
-     * container's monitor and keep the peer's connection up. */
-    for (int fd = 3; fd < 1024; fd++)
-      if (fd != lock && fd != pfd[1])
-        close(fd);
     int rc = restore_monitor(name, criu_bin, dir, &m, lazy_pages, pfd[1]);
     _exit(rc < 0 ? 1 : rc);
   }
-  close(pfd[1]);
   char msg[1200];
   size_t got = 0;
   for (;;) {

@@ -13,6 +13,8 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "config.h"
+#include "error.h"
 #include "util.h"
 
 void monitor_signals(sigset_t *set)
@@ -139,4 +141,55 @@ int monitor_wait(pid_t pid, int master)
   if (raw)
     tcsetattr(0, TCSANOW, &saved);
   return status < 0 ? 255 : status;
+}
+
+pid_t monitor_fork(const char *name, int lock, bool close_others, int *report_in, int *report)
+{
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) < 0)
+    return ct_fail(errno, "pipe");
+  cleanup_free char *log = ct_path(name, "console.log");
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(pfd[0]);
+    close(pfd[1]);
+    return ct_fail(e, "fork");
+  }
+  if (pid == 0) {
+    close(pfd[0]);
+    setsid();
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
+      _exit(1);
+    close(in);
+    close(out);
+    if (close_others)
+      for (int fd = 3; fd < 1024; fd++)
+        if (fd != lock && fd != pfd[1])
+          close(fd);
+    *report = pfd[1];
+    return 0;
+  }
+  close(pfd[1]);
+  *report_in = pfd[0];
+  return pid;
+}
+
+int monitor_started(const char *name, int fd)
+{
+  char msg[1200];
+  ssize_t n;
+  while ((n = read(fd, msg, sizeof msg - 1)) < 0 && errno == EINTR) {
+  }
+  close(fd);
+  if (n <= 0) {
+    cleanup_free char *log = ct_path(name, "console.log");
+    return ct_fail(0, "start %s: the monitor died before the container started (see %s)", name, log);
+  }
+  msg[n] = 0;
+  if (msg[0] == 'E')
+    return ct_fail(0, "%s", msg + 1);
+  return 0;
 }

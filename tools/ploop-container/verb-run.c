@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "monitor.h"
 #include "container.h"
 #include "error.h"
 #include "util.h"
@@ -147,36 +148,16 @@ static void log_header(char **cmd)
 
 static int start_detached(const char *name, int lock, const struct ct_run_opts *o, char **cmd)
 {
-  int pfd[2];
-  if (pipe2(pfd, O_CLOEXEC) < 0)
-    return ct_fail(errno, "pipe");
-  cleanup_free char *log = ct_path(name, "console.log");
-  pid_t pid = fork();
+  int report_in, report;
+  pid_t pid = monitor_fork(name, lock, false, &report_in, &report);
   if (pid < 0)
-    return ct_fail(errno, "fork");
+    return -1;
   if (pid == 0) {
-    close(pfd[0]);
-    setsid();
-    int in = open("/dev/null", O_RDONLY);
-    int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
-      _exit(1);
-    close(in);
-    close(out);
     log_header(cmd);
-    int rc = container_run(name, lock, o, cmd, pfd[1]);
+    int rc = container_run(name, lock, o, cmd, report);
     _exit(rc < 0 ? 1 : rc);
   }
-  close(pfd[1]);
-  char msg[1200];
-  ssize_t n = read(pfd[0], msg, sizeof msg - 1);
-  close(pfd[0]);
-  if (n <= 0)
-    return ct_fail(0, "start %s: the monitor died before the container started (see %s)", name, log);
-  msg[n] = 0;
-  if (msg[0] == 'E')
-    return ct_fail(0, "%s", msg + 1);
-  return 0;
+  return monitor_started(name, report_in);
 }
 
 int verb_run(int argc, char **argv)
