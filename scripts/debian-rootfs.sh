@@ -13,34 +13,7 @@ OUT=$1 INCLUDE=${2:-}
 [[ $(id -u) -eq 0 ]] || die "need root"
 command -v debootstrap >/dev/null || die "debootstrap is missing (install-deps.sh installs it)"
 
-# "URI SUITE" of the first Debian archive in the host's apt sources:
-# deb822 .sources first, then the one-line format.
-host_archive() {
-  local f
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [[ -r $f ]] || continue
-    awk 'BEGIN { RS = ""; FS = "\n" }
-         {
-           uri = ""; suite = ""; types = ""
-           for (i = 1; i <= NF; i++) {
-             if ($i ~ /^URIs:/)   { uri = $i;   sub(/^URIs:[ \t]*/, "", uri);   sub(/[ \t].*/, "", uri) }
-             if ($i ~ /^Suites:/) { suite = $i; sub(/^Suites:[ \t]*/, "", suite); sub(/[ \t].*/, "", suite) }
-             if ($i ~ /^Types:/)  { types = $i }
-           }
-           if (uri != "" && suite != "" && types ~ /deb([ \t]|$)/ && suite !~ /security/ && uri !~ /security/) {
-             print uri, suite; exit
-           }
-         }' "$f"
-  done
-  local l
-  for l in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [[ -r $l ]] || continue
-    awk '$1 == "deb" {
-           i = 2; if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
-           if ($i !~ /security/ && $(i + 1) !~ /security/) { print $i, $(i + 1); exit }
-         }' "$l"
-  done
-}
+source "$(dirname "${BASH_SOURCE[0]}")/host-archive.bash"
 read -r MIRROR SUITE < <(host_archive | grep -E '^(https?|file):' | head -n1) ||
   die "no Debian archive in the host's apt sources"
 [[ -n ${MIRROR:-} && -n ${SUITE:-} ]] || die "no Debian archive in the host's apt sources"

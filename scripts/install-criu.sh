@@ -66,33 +66,8 @@ fi
 [[ $(id -u) -eq 0 ]] || die "need root to provide CRIU >= $MIN_MAJOR.$MIN_MINOR"
 command -v debootstrap >/dev/null || die "debootstrap is missing (install-deps.sh installs it)"
 
-# The Debian archive URI the host itself uses (never the security archive):
-# deb822 .sources first, then the one-line format.
-mirror() {
-  local f
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [[ -r $f ]] || continue
-    awk 'BEGIN { RS = ""; FS = "\n" }
-         {
-           uri = ""; suites = ""; types = ""
-           for (i = 1; i <= NF; i++) {
-             if ($i ~ /^URIs:/)   { uri = $i;    sub(/^URIs:[ \t]*/, "", uri); sub(/[ \t].*/, "", uri) }
-             if ($i ~ /^Suites:/) { suites = $i }
-             if ($i ~ /^Types:/)  { types = $i }
-           }
-           if (uri != "" && types ~ /deb([ \t]|$)/ && suites !~ /security/ && uri !~ /security/) { print uri; exit }
-         }' "$f"
-  done
-  local l
-  for l in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [[ -r $l ]] || continue
-    awk '$1 == "deb" {
-           i = 2; if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
-           if ($i !~ /security/ && $(i + 1) !~ /security/) { print $i; exit }
-         }' "$l"
-  done
-}
-MIRROR=$(mirror | grep -E '^(https?|file):' | head -n1 || true)
+source "$(dirname "${BASH_SOURCE[0]}")/host-archive.bash"
+MIRROR=$(host_archive | grep -E '^(https?|file):' | head -n1 | cut -d" " -f1 || true)
 [[ -n $MIRROR ]] || die "no Debian archive found in the host's apt sources to fetch CRIU >= $MIN_MAJOR.$MIN_MINOR from"
 
 echo "install-criu: building a side root with CRIU from Debian $SUITE in $ROOT"
