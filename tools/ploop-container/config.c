@@ -170,13 +170,25 @@ int ct_lock(const char *name)
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0)
     return ct_fail(errno, "open %s", path);
-  if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-    return fd;
-  int saved = errno;
+  /* A holder of a container that does not run is a short verb or a
+   * monitor finishing its clean-up after the container ended (its state
+   * already says stopped): wait for it, up to 5 s, rather than say busy to
+   * a `start` that follows the end of a run. */
+  struct ct_state st;
+  int saved = 0;
+  for (int i = 0; i < 250; i++) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+      return fd;
+    saved = errno;
+    if (saved != EWOULDBLOCK)
+      break;
+    if (ct_state_load(name, &st) > 0 && ct_state_running(&st))
+      break;
+    usleep(20000);
+  }
   close(fd);
   if (saved != EWOULDBLOCK)
     return ct_fail(saved, "lock %s", path);
-  struct ct_state st;
   if (ct_state_load(name, &st) > 0 && ct_state_running(&st))
     ct_fail(0, "container %s is running (pid %d)", name, (int)st.init_pid);
   else
