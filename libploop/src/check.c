@@ -45,8 +45,9 @@ static int check_header(const struct ploop_header_host *h, uint64_t file_size, s
   uint64_t bat_end = PLOOP_HEADER_SIZE + 4ull * h->bat_entries;
   if ((uint64_t)h->first_block * 512 < bat_end)
     return header_problem(r, "first data block (sector %llu) overlaps the BAT", h->first_block);
-  if ((uint64_t)h->first_block * 512 > round_up(bat_end, (uint64_t)h->cluster_sectors * 512))
-    return header_problem(r, "first data block (sector %llu) lies past the end of the BAT area", h->first_block);
+  if ((uint64_t)h->first_block * 512 > round_up(bat_end, (uint64_t)h->cluster_sectors * 512) &&
+      (uint64_t)h->first_block * 512 > file_size)
+    return header_problem(r, "first data block (sector %llu) lies past the end of the BAT area and of the file", h->first_block);
   if (file_size < bat_end)
     return header_problem(r, "file truncated: the BAT needs %llu bytes", bat_end);
   return 0;

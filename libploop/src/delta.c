@@ -179,12 +179,13 @@ static int validate_header(const char *path, const struct ploop_header_host *h, 
   if ((uint64_t)h->first_block * 512 < bat_end)
     return corrupt(path, "first data block at sector %llu overlaps the BAT (ends at byte %llu)",
                    h->first_block, bat_end);
-  /* Open reads the whole header area into memory: a data start past the
-   * cluster the BAT ends in (no writer leaves such a gap) would make a
+  /* Open reads the whole header area into memory. A data start past the
+   * cluster the BAT ends in is legal (a shrink keeps it where it was, and
+   * the file holds that area), but one the file does not hold would make a
    * 32 KiB file cost up to 2 TiB of memory. */
   uint64_t area_end = round_up(bat_end, (uint64_t)cs * 512);
-  if ((uint64_t)h->first_block * 512 > area_end)
-    return corrupt(path, "first data block at sector %llu lies past the end of the BAT area (sector %llu)",
+  if ((uint64_t)h->first_block * 512 > area_end && (uint64_t)h->first_block * 512 > file_size)
+    return corrupt(path, "first data block at sector %llu lies past the end of the BAT area (sector %llu) and of the file",
                    h->first_block, area_end / 512);
   if (file_size < (uint64_t)h->first_block * 512 && file_size < round_up(bat_end, 512))
     return corrupt(path, "file truncated: %llu bytes, the BAT needs %llu", file_size, bat_end);
