@@ -82,6 +82,7 @@ args_of() {
   info) A=(info "$d") ;;
   check) A=(check -f "$d") ;;
   check-r) A=(check -r "$d") ;;
+  check-repair) A=(check -F -d "$d") ;;
   snapshot) A=(snapshot "$d") ;;
   snapshot-merge) A=(snapshot-merge "$d") ;;
   snapshot-merge-all) A=(snapshot-merge -A "$d") ;;
@@ -198,7 +199,7 @@ done
 echo "== the lock file and the descriptor's .tmp are never written through a symlink"
 d=$(make_case inside)
 ln -sf "$O/top.hds" "$d/DiskDescriptor.xml.lck"
-for verb in snapshot resize import check-r; do
+for verb in snapshot resize import check-repair; do  # -r is read-only (OpenVZ): no lock
   args_of "$verb" "$d"
   rc=0
   err=$(timeout 5 $PLOOP "${A[@]}" 2>&1 >/dev/null) || rc=$?
