@@ -458,9 +458,9 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
                        : strcmp(fstype, "xfs") == 0   ? "norecovery,nouuid"
                                                       : NULL;
     if (skip) {
-      char opts[sizeof(data) + 16];
-      snprintf(opts, sizeof(opts), "%s%s%s", data, *data ? "," : "", skip);
-      if (mount(dev, mp, fstype, flags, opts) == 0)
+      char opts[sizeof(data) + 32];
+      int n = snprintf(opts, sizeof(opts), "%s%s%s", data, *data ? "," : "", skip);
+      if (n > 0 && (size_t)n < sizeof(opts) && mount(dev, mp, fstype, flags, opts) == 0)
         return 0;
     }
   }
