@@ -196,14 +196,15 @@ fuzz-build:
 
 fuzz-bins: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_NAMES))
 
-$(BUILD)/fuzz/fuzz_nbd: $(FUZZ_NBD_OBJ)
+$(BUILD)/fuzz/fuzz_nbd: $(FUZZ_NBD_OBJ) $(TLS_A)
+$(BUILD)/fuzz/fuzz_nbd: FUZZ_LIBS = -lgnutls
 $(BUILD)/fuzz/fuzz_tar: $(FUZZ_TAR_OBJ)
 $(BUILD)/obj/tests/fuzz/fuzz_nbd.o: ALLCFLAGS += -Ikmod-free-nbd/server
 $(BUILD)/obj/tests/fuzz/fuzz_tar.o: ALLCFLAGS += -Itools/ploop-container
 $(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/fuzz-common.o $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) $(SAN) -fsanitize=fuzzer -pthread -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDFLAGS) $(LIBS)
+	$(Q)$(CC) $(SAN) -fsanitize=fuzzer -pthread -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDFLAGS) $(LIBS) $(FUZZ_LIBS)
 
 fuzz: fuzz-build
 	@set -e; for n in $(FUZZ_NAMES); do \
