@@ -234,30 +234,33 @@ static int run_check(int argc, char **argv)
   return rc;
 }
 
+/* check and fsck (OpenVZ's other spelling) say the same. */
+static const char check_details[] =
+    "OpenVZ's flags, with OpenVZ's meaning:\n"
+    "  -f, --force          check even if the image is not marked in use (without it\n"
+    "                       a delta closed cleanly is not walked)\n"
+    "  -F, --hard-force     -f, and repair: bad BAT slots are cleared, an interrupted\n"
+    "                       conversion undone, the file size fixed; the in-use mark\n"
+    "                       stays unless -d is given too (exit 37)\n"
+    "  -d, --drop-inuse     clear the in-use mark when nothing else is wrong\n"
+    "  -r, --ro             read-only: never write to the image, whatever else is given\n"
+    "  -c, --check          look for clusters used twice (always done; accepted)\n"
+    "  -s, --silent         print nothing when the image is clean\n"
+    "  -S, --repair-sparse  fill holes of the file with zeros (OpenVZ refuses sparse images)\n"
+    "  -R, --raw -b SECTORS the file is a raw image: nothing to check\n"
+    "      --repair         repair everything, the in-use mark included (= -F -d)\n"
+    "Without -F, -d or -S nothing on disk changes.\n"
+    "Each problem is printed on its own line to stdout.  Unreferenced (lost)\n"
+    "clusters are reported but are not corruption.  Exit 0: clean, skipped or\n"
+    "repaired; 11: problems remain; 37: still marked in use; 7: -r -d on an image\n"
+    "marked in use; 4: cannot open; 17: the disk is served.\n";
+
 const struct cli_verb verb_check = {
     .name = "check",
     .run = run_check,
     .synopsis = "check [-fFcrsdS] [--repair] [-R -b SECTORS] DELTA|DISK",
     .summary = "check (and with -F repair) a delta file or a whole disk",
-    .details =
-        "OpenVZ's flags, with OpenVZ's meaning:\n"
-        "  -f, --force          check even if the image is not marked in use (without it\n"
-        "                       a delta closed cleanly is not walked)\n"
-        "  -F, --hard-force     -f, and repair: bad BAT slots are cleared, an interrupted\n"
-        "                       conversion undone, the file size fixed; the in-use mark\n"
-        "                       stays unless -d is given too (exit 37)\n"
-        "  -d, --drop-inuse     clear the in-use mark when nothing else is wrong\n"
-        "  -r, --ro             read-only: never write to the image, whatever else is given\n"
-        "  -c, --check          look for clusters used twice (always done; accepted)\n"
-        "  -s, --silent         print nothing when the image is clean\n"
-        "  -S, --repair-sparse  fill holes of the file with zeros (OpenVZ refuses sparse images)\n"
-        "  -R, --raw -b SECTORS the file is a raw image: nothing to check\n"
-        "      --repair         repair everything, the in-use mark included (= -F -d)\n"
-        "Without -F, -d or -S nothing on disk changes.\n"
-        "Each problem is printed on its own line to stdout.  Unreferenced (lost)\n"
-        "clusters are reported but are not corruption.  Exit 0: clean, skipped or\n"
-        "repaired; 11: problems remain; 37: still marked in use; 7: -r -d on an image\n"
-        "marked in use; 4: cannot open; 17: the disk is served.\n",
+    .details = check_details,
 };
 
 const struct cli_verb verb_fsck = {
@@ -265,23 +268,5 @@ const struct cli_verb verb_fsck = {
     .run = run_check,
     .synopsis = "fsck [-fFcrsdS] [--repair] [-R -b SECTORS] DELTA|DISK",
     .summary = "same as check (OpenVZ's other spelling)",
-    .details =
-        "OpenVZ's flags, with OpenVZ's meaning:\n"
-        "  -f, --force          check even if the image is not marked in use (without it\n"
-        "                       a delta closed cleanly is not walked)\n"
-        "  -F, --hard-force     -f, and repair: bad BAT slots are cleared, an interrupted\n"
-        "                       conversion undone, the file size fixed; the in-use mark\n"
-        "                       stays unless -d is given too (exit 37)\n"
-        "  -d, --drop-inuse     clear the in-use mark when nothing else is wrong\n"
-        "  -r, --ro             read-only: never write to the image, whatever else is given\n"
-        "  -c, --check          look for clusters used twice (always done; accepted)\n"
-        "  -s, --silent         print nothing when the image is clean\n"
-        "  -S, --repair-sparse  fill holes of the file with zeros (OpenVZ refuses sparse images)\n"
-        "  -R, --raw -b SECTORS the file is a raw image: nothing to check\n"
-        "      --repair         repair everything, the in-use mark included (= -F -d)\n"
-        "Without -F, -d or -S nothing on disk changes.\n"
-        "Each problem is printed on its own line to stdout.  Unreferenced (lost)\n"
-        "clusters are reported but are not corruption.  Exit 0: clean, skipped or\n"
-        "repaired; 11: problems remain; 37: still marked in use; 7: -r -d on an image\n"
-        "marked in use; 4: cannot open; 17: the disk is served.\n",
+    .details = check_details,
 };
