@@ -493,19 +493,22 @@ static int s_resolve(const char *dir_or_xml, char **dir, char **xml)
   return 0;
 }
 
-static void desc_oid(const struct rbd_loc *l, char *oid, size_t len)
+/* Connects to the pool of disk DIR and names its descriptor object. */
+static int desc_open(const char *dir, rados_ioctx_t *io, char *oid, size_t len)
 {
-  snprintf(oid, len, "%s.%s", l->name, PLOOP_DESCRIPTOR_NAME);
+  struct rbd_loc l;
+  if (parse_loc(dir, &l) < 0 || connect_pool(&l, NULL, io) < 0)
+    return -1;
+  snprintf(oid, len, "%s.%s", l.name, PLOOP_DESCRIPTOR_NAME);
+  return 0;
 }
 
 static int s_desc_read(const char *dir, char **text, size_t *len)
 {
-  struct rbd_loc l;
   rados_ioctx_t io;
   char oid[512];
-  if (parse_loc(dir, &l) < 0 || connect_pool(&l, NULL, &io) < 0)
+  if (desc_open(dir, &io, oid, sizeof oid) < 0)
     return -1;
-  desc_oid(&l, oid, sizeof oid);
   uint64_t size = 0;
   time_t mtime;
   int rc = rados_stat(io, oid, &size, &mtime);
@@ -532,12 +535,10 @@ static int s_desc_read(const char *dir, char **text, size_t *len)
 
 static int s_desc_replace(const char *dir, const char *text, size_t len)
 {
-  struct rbd_loc l;
   rados_ioctx_t io;
   char oid[512];
-  if (parse_loc(dir, &l) < 0 || connect_pool(&l, NULL, &io) < 0)
+  if (desc_open(dir, &io, oid, sizeof oid) < 0)
     return -1;
-  desc_oid(&l, oid, sizeof oid);
   /* One object written whole: readers see the old text or the new one,
    * and the call returns once every replica has it. */
   int rc = rados_write_full(io, oid, text, len);
@@ -753,12 +754,10 @@ out:
 /* 1: disk DIR (rbd:POOL/NAME) has a descriptor, 0: none, -1: error. */
 int rbd_disk_exists(const char *dir)
 {
-  struct rbd_loc l;
   rados_ioctx_t io;
   char oid[512];
-  if (parse_loc(dir, &l) < 0 || connect_pool(&l, NULL, &io) < 0)
+  if (desc_open(dir, &io, oid, sizeof oid) < 0)
     return -1;
-  desc_oid(&l, oid, sizeof oid);
   uint64_t size;
   time_t mtime;
   int rc = rados_stat(io, oid, &size, &mtime);
