@@ -98,17 +98,26 @@ static int delete_online(const char *disk, const char *uuid)
   return rc;
 }
 
+/* The common start of snapshot-delete and -switch: -u GUID and DISK, then
+ * whether ploop-nbd serves it. 0 with *ST set, or the exit code to return. */
+static int parse_snapshot_target(int argc, char **argv, char *uuid, const char **disk, int *st)
+{
+  bool have;
+  int rc = parse_uuid_disk(argc, argv, true, uuid, &have, disk);
+  if (rc)
+    return rc < 0 ? -1 : rc;
+  *st = cli_online_state(*disk, NULL);
+  return *st < 0 ? -*st : 0;
+}
+
 static int run_snapshot_delete(int argc, char **argv)
 {
   char uuid[PLOOP_UUID_LEN + 1];
-  bool have;
   const char *disk = NULL;
-  int rc = parse_uuid_disk(argc, argv, true, uuid, &have, &disk);
+  int st;
+  int rc = parse_snapshot_target(argc, argv, uuid, &disk, &st);
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
-  int st = cli_online_state(disk, NULL);
-  if (st < 0)
-    return -st;
   if (st != CLI_OFFLINE)
     return delete_online(disk, uuid);
   if (ploop_snapshot_delete(disk, uuid) < 0)
@@ -119,14 +128,11 @@ static int run_snapshot_delete(int argc, char **argv)
 static int run_snapshot_switch(int argc, char **argv)
 {
   char uuid[PLOOP_UUID_LEN + 1];
-  bool have;
   const char *disk = NULL;
-  int rc = parse_uuid_disk(argc, argv, true, uuid, &have, &disk);
+  int st;
+  int rc = parse_snapshot_target(argc, argv, uuid, &disk, &st);
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
-  int st = cli_online_state(disk, NULL);
-  if (st < 0)
-    return -st;
   /* The daemon has no switch: the disk's contents would change under its
    * users (a mounted filesystem among them). Said plainly, not "locked". */
   if (st != CLI_OFFLINE)
