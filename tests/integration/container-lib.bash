@@ -45,12 +45,14 @@ assert_no_leaks() {
   [[ -z $cg ]] || fail "cgroups left: $cg"
 }
 
-# Waits until container NAME is running (for `start`).
-wait_running() {
+# wait_state NAME STATE: waits until `list` shows container NAME in STATE.
+wait_state() {
   local i
   for i in $(seq 100); do
-    ct list | awk -v n="$1" '$1 == n && $2 == "running" {f=1} END {exit !f}' && return 0
+    ct list | awk -v n="$1" -v s="$2" '$1 == n && $2 == s {f=1} END {exit !f}' && return 0
     sleep 0.1
   done
-  fail "$1 did not reach running"
+  fail "$1 did not reach $2"
 }
+# Waits until container NAME is running (for `start`).
+wait_running() { wait_state "$1" running; }

@@ -10,14 +10,7 @@ source "$(dirname "$0")/container-lib.bash"
 requires python3
 code() { local rc=0; "$@" >/dev/null 2>&1 || rc=$?; echo $rc; }
 json() { python3 -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
-wait_stopped() {
-  local i
-  for i in $(seq 100); do
-    ct list | awk -v n="$1" '$1 == n && $2 == "stopped" {f=1} END {exit !f}' && return 0
-    sleep 0.1
-  done
-  fail "$1 did not stop"
-}
+wait_stopped() { wait_state "$1" stopped; }
 
 for verb in logs snapshot-list snapshot-delete rollback resize; do
   ct "$verb" --help | grep -q "usage: $verb" || fail "$verb --help"
