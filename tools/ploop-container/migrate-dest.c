@@ -291,11 +291,26 @@ static int on_commit(struct dst *d)
 }
 
 /* QUERY from `migrate --resolve`. */
-static int on_query(int fd, const char *q)
+static int on_query(int fd, const char *q, const struct mig_auth *auth)
 {
-  char id[40] = "", name[CT_NAME_MAX + 1] = "";
+  char id[40] = "", name[CT_NAME_MAX + 1] = "", cn[MIG_NONCE_HEX + 1] = "";
   mig_kv(q, "id", id, sizeof id);
   mig_kv(q, "name", name, sizeof name);
+  /* Under --auth only a querier with a nonce gets an answer (it carries
+   * our proof); nothing is looked at or discarded for anyone else. */
+  if (auth) {
+    char proof[MIG_PROOF_HEX + 1] = "", want[MIG_PROOF_HEX + 1];
+    mig_kv(q, "proof", proof, sizeof proof);
+    if (!mig_kv(q, "nonce", cn, sizeof cn) || strlen(cn) != MIG_NONCE_HEX) {
+      mig_send_error(fd, "authentication required: give --auth FILE to migrate --resolve");
+      return -1;
+    }
+    mig_auth_proof(auth, "ploop-container-migrate query", cn, id, want);
+    if (!mig_auth_equal(proof, want)) {
+      mig_send_error(fd, "authentication failed: the querier's --auth token differs");
+      return -1;
+    }
+  }
   const char *state = "unknown";
   struct mig_record m;
   if (ct_check_name(name) == 0 && mig_record_load(name, &m) > 0 && !strcmp(m.id, id) &&
@@ -312,7 +327,10 @@ static int on_query(int fd, const char *q)
       }
     }
   }
-  cleanup_free char *ans = xasprintf("state=%s\n", state);
+  char proof[MIG_PROOF_HEX + 1] = "";
+  if (auth)
+    mig_status_proof(auth, cn, id, state, proof);
+  cleanup_free char *ans = xasprintf("state=%s\nproof=%s\n", state, proof);
   return mig_send_text(fd, MIG_STATUS, ans);
 }
 
@@ -360,7 +378,7 @@ static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
   if (mig_set_timeout(fd, timeout_s) < 0 || mig_recv(fd, &t, &msg, NULL) < 0)
     return -1;
   if (t == MIG_QUERY) {
-    on_query(fd, msg);
+    on_query(fd, msg, auth);
     free(msg);
     return 1;
   }

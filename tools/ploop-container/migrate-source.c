@@ -464,6 +464,7 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r)
   snprintf(s.rec.role, sizeof s.rec.role, "source");
   snprintf(s.rec.phase, sizeof s.rec.phase, "rounds");
   snprintf(s.rec.dest, sizeof s.rec.dest, "%s", o->dest);
+  s.rec.auth = o->auth != NULL;
   if (hello(&s) < 0 || mig_record_save(o->name, &s.rec, true) < 0)
     goto fail;
   if (r->online ? live_rounds(&s) < 0 || frozen_round(&s) < 0 : offline_round(&s) < 0)
