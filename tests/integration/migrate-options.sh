@@ -42,6 +42,23 @@ in_force destination "$DST"
 dst stop opt --timeout 1 >/dev/null
 dst destroy opt
 
+# a stopped container: what create and update saved in its config (veth
+# network, limits) arrives, and its next start at the destination uses it
+src create cfg --size 64M --net veth --ip 192.168.214.2/24 --host-ip 192.168.214.1/24 >/dev/null
+src update cfg --cpus 0.25 --memory 96M >/dev/null
+start_receiver
+migrate cfg >"$TMP/out" 2>&1 || fail "cold migrate failed: $(cat "$TMP/out")"
+[[ $(wait_receiver) -eq 0 ]] || fail "receiver failed: $(cat "$TMP/recv.err")"
+for kv in net=veth ip=192.168.214.2/24 host_ip=192.168.214.1/24 cpus=0.250 memory=$((96 << 20)); do
+  grep -qx "$kv" "$DST/cfg/config" || fail "the destination's config lacks $kv: $(cat "$DST/cfg/config")"
+done
+in_b "$PLOOP_CONTAINER" --root "$DST" start cfg -- /bin/sh -c 'while :; do sleep 1; done'
+dst exec cfg -- ip addr show eth0 | grep -q 'inet 192.168.214.2/24' || fail "cfg's next start has no veth address"
+grep -qx 'cpus=0.250' "$DST/cfg/state" || fail "cfg's next start lacks the CPU limit"
+dst stop cfg --timeout 1 >/dev/null
+dst destroy cfg
+echo "ok: config travels"
+
 # run arguments that do not parse (a damaged run-args file here; a peer's
 # HELLO goes through the same checks there): one line, nothing moves
 src create bad --size 64M >/dev/null

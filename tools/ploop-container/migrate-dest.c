@@ -47,6 +47,8 @@ struct dst {
   char *images;         /* ROOT/NAME/migration-images */
   uint64_t image_bytes;
   unsigned image_files;
+  char **cfg_kv;        /* the source's network and limits (config keys) */
+  size_t cfg_n;
 };
 
 #define MIG_MAX_IMAGE_BYTES (16ull << 30)
@@ -110,6 +112,12 @@ static int parse_hello(struct dst *d, const char *h)
   if (v && strcmp(d->mode, "online") == 0 &&
       ct_criu_find(NULL, &d->criu_bin, d->criu_why, sizeof d->criu_why) < 0)
     d->criu_bin = NULL;  /* WELCOME says criu=0 and why: the source restarts the command instead */
+  size_t cap = strlen(h) + 1;
+  cleanup_free char *cfg = malloc(cap);
+  if (!cfg)
+    abort();
+  if (mig_kv(h, "config", cfg, cap) && mig_config_parse(cfg, &d->cfg_kv, &d->cfg_n) < 0)
+    return -1;
   if (mig_kv_u64(h, "argc", &v) < 0)
     return -1;
   if (v && ct_runargs_parse(h, &d->ra) < 0)
@@ -200,7 +208,7 @@ static int on_prepare(struct dst *d, const char *msg)
   if (criu && !d->image_files)
     return ct_fail(0, "protocol error: PREPARE with criu=1 but no CRIU images");
   d->criu = criu != 0;
-  if (ct_config_save(&d->cfg) < 0)
+  if (ct_config_save(&d->cfg) < 0 || mig_config_apply(d->name, d->cfg_kv, d->cfg_n) < 0)
     return -1;
   /* a restore mounts the disk itself (its monitor owns the mount) */
   if (d->ra.argc && !d->criu) {
@@ -452,6 +460,7 @@ out:
   if (rc < 0 && d.created)
     discard(d.name);
   ct_runargs_free(&d.ra);
+  mig_config_free(d.cfg_kv, d.cfg_n);
   free(d.criu_bin);
   free(d.images);
   free(d.dir);

@@ -250,9 +250,11 @@ static int hello(struct src *s)
   char cn[MIG_NONCE_HEX + 1] = "", sn[MIG_NONCE_HEX + 1] = "";
   if (s->o->auth)
     mig_auth_nonce(cn);
-  cleanup_free char *msg =
-      xasprintf("nonce=%s\nversion=%d\nid=%s\nname=%s\ndisk_bytes=%" PRIu64 "\nsource=%s\nmode=%s\ncriu=%d\n%s",
-                cn, MIG_VERSION, s->rec.id, s->o->name, c.disk_bytes, src, mode, s->criu_bin != NULL, args);
+  cleanup_free char *cfg = mig_config_extra(s->o->name);
+  cleanup_free char *msg = xasprintf("nonce=%s\nversion=%d\nid=%s\nname=%s\ndisk_bytes=%" PRIu64
+                                     "\nsource=%s\nmode=%s\ncriu=%d\nconfig=%s\n%s",
+                                     cn, MIG_VERSION, s->rec.id, s->o->name, c.disk_bytes, src, mode,
+                                     s->criu_bin != NULL, cfg, args);
   if (mig_send_text(s->fd, MIG_HELLO, msg) < 0)
     return -1;
   cleanup_free char *w = NULL;
