@@ -61,6 +61,10 @@ void ploop_tls_free(struct ploop_tls *t);
 struct ploop_tls_relay;
 struct ploop_tls_relay *ploop_tls_relay_start(struct ploop_tls *t, int net_fd, int *plain, char *err,
                                               size_t errlen);
+/* The errno that broke the session (a direction that ended in an error,
+ * e.g. ETIMEDOUT of a cut link), 0 while it is whole or ended cleanly: the
+ * caller's end only sees EOF or EPIPE and may ask why. */
+int ploop_tls_relay_errno(struct ploop_tls_relay *r);
 /* Waits for both directions to end (the peer's close: at most WAIT_SEC
  * seconds after ours), frees the session and the relay; the caller closes
  * NET_FD.  0, or -1 when the session broke (message in ERR). */

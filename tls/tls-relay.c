@@ -66,7 +66,10 @@ static void *relay_down(void *arg)
     r->down_err = ENOMEM;
   while (buf) {
     ssize_t n = ploop_tls_read(r->tls, buf, RELAY_BUF);
-    if (n < 0 && errno == EINTR)
+    /* EAGAIN: an SO_RCVTIMEO on the network fd ran out.  An idle link is
+     * not a broken one (a migration idles during a CRIU dump): the caller's
+     * own timeouts on its end decide, and keepalive finds a dead peer. */
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
       continue;
     if (n <= 0) {
       if (n < 0)
@@ -86,10 +89,12 @@ static void *relay_down(void *arg)
     if (n < 0)
       break;
   }
-  /* A broken session must not look like a clean end to the caller. */
-  shutdown(r->plain, r->down_err ? SHUT_RDWR : SHUT_WR);
   free(buf);
+  /* Done (and the errno) before the caller can see the end, so that it can
+   * ask ploop_tls_relay_errno why; a broken session must not look like a
+   * clean end to the caller. */
   atomic_store(&r->down_done, true);
+  shutdown(r->plain, r->down_err ? SHUT_RDWR : SHUT_WR);
   return NULL;
 }
 
@@ -126,6 +131,14 @@ fail:
   close(sp[1]);
   free(r);
   return NULL;
+}
+
+int ploop_tls_relay_errno(struct ploop_tls_relay *r)
+{
+  /* Each errno is written before its direction's done flag. */
+  if (atomic_load(&r->down_done) && r->down_err)
+    return r->down_err;
+  return atomic_load(&r->up_done) ? r->up_err : 0;
 }
 
 static void wait_done(atomic_bool *done, unsigned ms)

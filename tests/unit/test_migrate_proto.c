@@ -11,6 +11,9 @@
 
 #include "../../tools/ploop-container/error.c"
 #include "../../tools/ploop-container/migrate-proto.c"
+#include "../../tools/ploop-container/migrate-tls.c"
+#include "../../tls/ploop-tls.c"
+#include "../../tls/tls-relay.c"
 
 static int sv[2];
 
