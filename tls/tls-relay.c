@@ -21,6 +21,7 @@ struct ploop_tls_relay {
   pthread_t up, down;
   atomic_bool up_done, down_done;
   int up_err, down_err; /* errno of a broken direction, 0 */
+  char up_msg[256], down_msg[256]; /* ploop_tls_relay_error's words */
 };
 
 #define RELAY_BUF (64u << 10)
@@ -48,6 +49,7 @@ static void *relay_up(void *arg)
     }
     if (ploop_tls_write(r->tls, buf, (size_t)n) < 0) {
       r->up_err = errno;
+      atomic_store(&r->up_done, true); /* before the caller can see it: it may ask why */
       shutdown(r->plain, SHUT_RD); /* the caller's writes fail instead of hanging */
       break;
     }
@@ -133,12 +135,21 @@ fail:
   return NULL;
 }
 
-int ploop_tls_relay_errno(struct ploop_tls_relay *r)
+static const char *describe(struct ploop_tls_relay *r, bool down, char *buf, size_t len)
 {
-  /* Each errno is written before its direction's done flag. */
+  const char *e = ploop_tls_last_error(r->tls, down);
+  snprintf(buf, len, "TLS: %s", e ? e : strerror(down ? r->down_err : r->up_err));
+  return buf;
+}
+
+const char *ploop_tls_relay_error(struct ploop_tls_relay *r)
+{
+  /* Each direction's errno and message are written before its done flag. */
   if (atomic_load(&r->down_done) && r->down_err)
-    return r->down_err;
-  return atomic_load(&r->up_done) ? r->up_err : 0;
+    return describe(r, true, r->down_msg, sizeof r->down_msg);
+  if (atomic_load(&r->up_done) && r->up_err)
+    return describe(r, false, r->up_msg, sizeof r->up_msg);
+  return NULL;
 }
 
 static void wait_done(atomic_bool *done, unsigned ms)

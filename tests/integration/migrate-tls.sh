@@ -57,14 +57,14 @@ moved() {
   dst stop "$name" --timeout 2
   dst destroy "$name"
 }
-writer_with_data() { # NAME: prints the data file's md5
+writer_with_data() { # NAME: sets $want to the data file's md5
   start_writer "$1" 128M
   src exec "$1" -- /bin/sh -c 'dd if=/dev/urandom of=/data bs=1M count=12 2>/dev/null; sync /data'
-  md5sum "$SRC/$1/rootfs/data" | cut -d' ' -f1
+  want=$(md5sum "$SRC/$1/rootfs/data" | cut -d' ' -f1)
 }
 
 # PSK and --auth together; the hook keeps the link idle for 3 s mid-round.
-want=$(writer_with_data web)
+writer_with_data web
 RECV_ARGS="--tls-psk $TMP/psk/keys.psk --auth $TMP/tok"
 start_receiver
 PLOOP_MIGRATE_HOOK_PHASE=round1 PLOOP_MIGRATE_HOOK="sleep 3" \
@@ -74,7 +74,7 @@ moved web "$want"
 echo "psk + auth: ok"
 
 # X.509, both ways checked.
-want=$(writer_with_data web)
+writer_with_data web
 RECV_ARGS="--tls-certificates $TMP/srv --tls-verify-peer"
 start_receiver
 migrate web --no-criu --tls-certificates "$TMP/cli" >"$TMP/out" 2>&1 ||
@@ -89,7 +89,7 @@ refused() { # CASE WANT-IN-SOURCE-ERROR WANT-IN-RECEIVER-ERROR MIGRATE-ARGS...
   shift 3
   start_receiver
   err=$(expect_fail migrate web --no-criu "$@")
-  echo "$case: $err"
+  echo "$case: $err"; echo "   receiver: $(cat "$TMP/recv.err")"
   [[ $err == *$want_src* ]] || fail "$case: source said: $err"
   rrc=$(wait_receiver)
   [[ $rrc -ne 0 ]] || fail "$case: the receiver succeeded"

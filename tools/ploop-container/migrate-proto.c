@@ -149,8 +149,8 @@ int mig_write_all(int fd, const void *buf, size_t len)
     ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n < 0 && mig_tls_link_errno(fd))
-      return ct_fail(mig_tls_link_errno(fd), "send to the peer (TLS)");
+    if (n < 0 && mig_tls_link_error(fd))
+      return ct_fail(0, "send to the peer: %s", mig_tls_link_error(fd));
     if (n < 0)
       return ct_fail(errno == EAGAIN ? ETIMEDOUT : errno, "send to the peer");
     p += n;
@@ -167,8 +167,8 @@ int mig_read_all(int fd, void *buf, size_t len)
     ssize_t n = read(fd, p, len);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0 && mig_tls_link_errno(fd))
-      return ct_fail(mig_tls_link_errno(fd), "receive from the peer (TLS)");
+    if (n <= 0 && mig_tls_link_error(fd))
+      return ct_fail(0, "receive from the peer: %s", mig_tls_link_error(fd));
     if (n < 0)
       return ct_fail(errno == EAGAIN ? ETIMEDOUT : errno, "receive from the peer");
     if (n == 0)

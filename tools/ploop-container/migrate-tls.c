@@ -96,10 +96,10 @@ int mig_tls_net_fd(int fd)
   return l ? l->net : fd;
 }
 
-int mig_tls_link_errno(int fd)
+const char *mig_tls_link_error(int fd)
 {
   struct link *l = find(fd);
-  return l ? ploop_tls_relay_errno(l->relay) : 0;
+  return l ? ploop_tls_relay_error(l->relay) : NULL;
 }
 
 static void set_rcvtimeo(int fd, unsigned seconds)
@@ -156,7 +156,13 @@ int mig_tls_connect(int fd, const char *addr_port, unsigned timeout_s)
   struct ploop_tls *t = ploop_tls_client(cfg.creds, fd, host, err, sizeof err);
   if (!t) {
     close(fd);
-    return ct_fail(0, "TLS with %s: %s", addr_port, err);
+    /* What the source can guess about a refusal it only sees the end of. */
+    const char *hint = "";
+    if (strstr(err, "alert") && ploop_tls_creds_psk(cfg.creds))
+      hint = " (a key the destination does not hold?)";
+    else if (!strstr(err, "alert") && !strstr(err, "certificate") && !strstr(err, "timed out"))
+      hint = " (does the destination's receive use TLS?)";
+    return ct_fail(0, "TLS with %s: %s%s", addr_port, err, hint);
   }
   return start_relay(t, fd, timeout_s);
 }
@@ -202,7 +208,7 @@ int mig_tls_accept(int fd, unsigned timeout_s)
   char err[1024];
   struct ploop_tls *t = ploop_tls_server(cfg.creds, fd, fd, err, sizeof err);
   if (!t) {
-    close(fd);
+    drain_close(fd); /* the alert, not a reset, reaches the source */
     return ct_fail(0, "TLS with the source: %s", err);
   }
   return start_relay(t, fd, timeout_s);

@@ -41,9 +41,10 @@ int mig_tls_accept(int fd, unsigned timeout_s);
 /* The TCP socket beneath FD (FD itself when it is not a relay's end): the
  * one for TCP options, keepalive and the user timeout. */
 int mig_tls_net_fd(int fd);
-/* Why the session under FD broke (ETIMEDOUT, ECONNRESET...), 0 when FD is
- * not a relay's end or the session is whole: the plain end only sees EOF. */
-int mig_tls_link_errno(int fd);
+/* Why the session under FD broke ("TLS: Connection timed out", the peer's
+ * alert...), NULL when FD is not a relay's end or the session is whole:
+ * the plain end itself only sees EOF or EPIPE. */
+const char *mig_tls_link_error(int fd);
 /* close() for a migration connection: with TLS our last bytes go out, then
  * close_notify; the peer's close is waited for briefly, so that our last
  * message is not lost to a reset. */
