@@ -2,7 +2,8 @@
 # migrate / receive --listen over TLS (--no-criu, live rounds): a pre-shared
 # key together with --auth, and X.509 with --tls-verify-peer and a client
 # certificate, carry a migration whose data arrives intact (the link idles
-# for seconds in between); a cut link still fails and rolls back. Refused
+# for seconds in between); a cut link still fails and rolls back; the
+# in-doubt case is resolved over TLS. Refused
 # with one line, the source running on and nothing at the destination: a
 # plaintext source to a TLS receiver, a wrong key, a source without a
 # certificate, an untrusted receiver, a TLS source to a plaintext receiver.
@@ -77,10 +78,10 @@ echo "psk + auth: ok"
 writer_with_data web
 RECV_ARGS="--tls-certificates $TMP/srv --tls-verify-peer"
 start_receiver
-migrate web --no-criu --tls-certificates "$TMP/cli" >"$TMP/out" 2>&1 ||
+migrate web --no-criu --json --tls-certificates "$TMP/cli" >"$TMP/out" 2>&1 ||
   fail "X.509 migrate failed: $(cat "$TMP/out") / $(cat "$TMP/recv.err")"
 moved web "$want"
-echo "x509: ok"
+python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); print("x509: ok: downtime %.0f ms, total %.0f ms, %d bytes" % (o["downtime_ms"], o["total_ms"], o["bytes_sent"]))' "$TMP/out"
 
 # Refusals: one line from each side, the source runs on, nothing there.
 start_writer web 64M
@@ -119,7 +120,36 @@ assert_dest_empty web
 assert_source_intact web 1
 echo "cut link: ok"
 
+# In doubt under TLS (the link cut after COMMIT): a plaintext --resolve is
+# refused by the TLS receiver; over TLS it asks, and commits.
+RECV_ARGS="--tls-psk $TMP/psk/keys.psk"
+start_receiver
+rc=0
+PLOOP_MIGRATE_HOOK_PHASE=commit PLOOP_MIGRATE_HOOK="ip link set $VETH_A down" \
+  migrate web --no-criu --tls-psk "$TMP/psk/keys.psk" >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 6 ]] || fail "in doubt: exit $rc, not 6: $(cat "$TMP/err")"
+[[ $(wait_receiver) -eq 0 ]] || fail "the destination did not commit: $(cat "$TMP/recv.err")"
+[[ $(state_of "$SRC" web) == frozen ]] || fail "in doubt: the source is $(state_of "$SRC" web)"
+ip -n "$NS_A" link set "$VETH_A" up
+start_receiver
+err=$(expect_fail in_a "$PLOOP_CONTAINER" --root "$SRC" migrate --resolve web --timeout 5)
+[[ $err == *"TLS required"* ]] || fail "plaintext resolve: $err"
+wait_receiver >/dev/null || true
+[[ $(state_of "$SRC" web) == frozen ]] || fail "a refused resolve changed the source"
+start_receiver
+in_a "$PLOOP_CONTAINER" --root "$SRC" migrate --resolve web --tls-psk "$TMP/psk/keys.psk" >"$TMP/out" 2>&1 ||
+  fail "TLS resolve failed: $(cat "$TMP/out")"
+grep -q committed "$TMP/out" || fail "TLS resolve did not commit: $(cat "$TMP/out")"
+kill -9 "$RECV_PID"
+[[ ! -e $SRC/web ]] || fail "the source kept web after resolving"
+[[ $(state_of "$DST" web) == running ]] || fail "web does not run at the destination"
+dst stop web --timeout 1
+dst destroy web
+echo "in doubt: resolved over TLS"
+
 # --tls=on: a plaintext source is served too (a cold copy: quick).
+start_writer web 64M
+kill "$_tail_pid"
 src stop web --timeout 2
 RECV_ARGS="--tls=on --tls-psk $TMP/psk/keys.psk"
 start_receiver

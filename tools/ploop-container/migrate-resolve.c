@@ -187,9 +187,12 @@ int migrate_resolve(const char *name, const char *dest_override, int decision, u
   int outcome = decision;
   if (decision == 0) {
     int a = ask(name, &m, dest, timeout_s);
-    if (a < 0)
+    if (a < 0) {
+      char why[1200]; /* ct_fail must not read the message it is writing */
+      snprintf(why, sizeof why, "%s", ct_error());
       return ct_fail(0, "%s is in doubt and %s cannot be asked (%s): decide with --commit (it runs "
-                        "there) or --abort (it does not)", name, dest, ct_error());
+                        "there) or --abort (it does not)", name, dest, why);
+    }
     if (a == 2) {
       ct_fail(0, "%s: the destination has not decided yet; try again", name);
       ct_set_error_code(CT_EXIT_IN_DOUBT);
