@@ -40,11 +40,20 @@ static struct link {
 bool mig_tls_option(struct mig_tls_args *a, int c, const char *arg)
 {
   switch (c) {
-  case MIG_OPT_TLS: a->mode = arg; return true;
-  case MIG_OPT_TLS_PSK: a->o.psk_file = arg; return true;
-  case MIG_OPT_TLS_CERTS: a->o.cert_dir = arg; return true;
-  case MIG_OPT_TLS_VERIFY: a->o.verify_peer = true; return true;
-  default: return false;
+  case MIG_OPT_TLS:
+    a->mode = arg;
+    return true;
+  case MIG_OPT_TLS_PSK:
+    a->o.psk_file = arg;
+    return true;
+  case MIG_OPT_TLS_CERTS:
+    a->o.cert_dir = arg;
+    return true;
+  case MIG_OPT_TLS_VERIFY:
+    a->o.verify_peer = true;
+    return true;
+  default:
+    return false;
   }
 }
 
