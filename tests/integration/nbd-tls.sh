@@ -18,7 +18,7 @@ requires python3
 
 PORT=21100
 mkdir -p "$TMP/disk" "$TMP/srv" "$TMP/cli" "$TMP/nocert" "$TMP/psk" "$TMP/badpsk" "$TMP/other"
-$PLOOP init -s 64M "$TMP/disk/root.hds" >/dev/null
+$PLOOP init -t none -s 64M "$TMP/disk/root.hds" >/dev/null
 head -c 6M /dev/urandom >"$TMP/src.raw"
 truncate -s 64M "$TMP/src.raw"
 dd if=/dev/urandom of="$TMP/src.raw" bs=1M count=2 seek=40 conv=notrunc status=none

@@ -17,7 +17,7 @@ static const char help[] =
     "         [--keep-source] [--json] [--max-rounds N] [--min-round BYTES] [--timeout S]\n"
     "         [--auth FILE] [--tls=off|on|require] [--tls-psk FILE | --tls-certificates DIR]\n"
     "       ploop-container migrate --resolve NAME [--commit | --abort] [--to ADDR:PORT]\n"
-    "         [--tls-psk FILE | --tls-certificates DIR]\n"
+    "         [--auth FILE] [--tls-psk FILE | --tls-certificates DIR]\n"
     "Moves NAME to the host where `ploop-container receive --listen ADDR:PORT` runs.\n"
     "Online (the default for a running container): round 0 streams the disk below a\n"
     "snapshot while the container runs; each next round streams what changed since\n"
@@ -156,8 +156,8 @@ int verb_migrate(int argc, char **argv)
     return -1;
   if (resolve) {
     if (argc - optind != 1)
-      return ct_usage("usage: migrate --resolve NAME [--commit | --abort] [--to ADDR:PORT]");
-    return migrate_resolve(argv[optind], to, decision, o.timeout_s) < 0 ? -1 : 0;
+      return ct_usage("usage: migrate --resolve NAME [--commit | --abort] [--to ADDR:PORT] [--auth FILE]");
+    return migrate_resolve(argv[optind], to, decision, o.timeout_s, o.auth) < 0 ? -1 : 0;
   }
   if (decision || to)
     return ct_usage("--commit, --abort and --to go with --resolve");
