@@ -514,8 +514,9 @@ int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s, cons
       return ct_fail(errno, "accept on %s", listen_addr);
     }
     if (once) {
-      int rc = serve(fd, timeout_s, auth);
-      close(fd);
+      fd = mig_tls_accept(fd, timeout_s);
+      int rc = fd < 0 ? -1 : serve(fd, timeout_s, auth);
+      mig_close(fd);
       if (rc == 1)
         continue;
       close(lfd);
@@ -525,7 +526,9 @@ int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s, cons
     if (pid == 0) {
       close(lfd);
       signal(SIGCHLD, SIG_DFL);
-      int rc = serve(fd, timeout_s, auth);
+      fd = mig_tls_accept(fd, timeout_s);
+      int rc = fd < 0 ? -1 : serve(fd, timeout_s, auth);
+      mig_close(fd); /* with TLS, our last message is still in the relay */
       if (rc < 0)
         fprintf(stderr, "ploop-container: %s\n", ct_error());
       _exit(rc < 0);

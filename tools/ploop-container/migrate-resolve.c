@@ -172,7 +172,7 @@ static int ask(const char *name, const struct mig_record *m, const char *dest, u
       rc = ct_fail(0, "protocol error: state=%s", state);
     }
   }
-  close(fd);
+  mig_close(fd);
   return rc;
 }
 

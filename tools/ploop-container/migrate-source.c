@@ -507,7 +507,7 @@ fail:
   if (s.fd >= 0) {
     peer_reason(s.fd);
     mig_send_error(s.fd, ct_error());
-    close(s.fd);
+    mig_close(s.fd);
     s.fd = -1;
   }
   ct_wrap("migrate %s to %s", o->name, o->dest);
@@ -523,7 +523,7 @@ out:
     mig_remove_tree(s.images);
   free(s.criu_bin);
   if (s.fd >= 0)
-    close(s.fd);
+    mig_close(s.fd);
   r->total_ms = ms_since(s.t0);
   cg_free(&s.cg);
   ct_runargs_free(&s.ra);
