@@ -284,7 +284,15 @@ int delta_compact(struct ploop_delta *d, uint64_t *bytes_reclaimed)
     goto out;
   uint64_t hole = first, tail = head;
   uint64_t moves = 0;
+  bool cancelled = false;
   for (;;) {
+    /* Asked to stop (ploop_cancel): between two moves every entry points
+     * at durable data, so the flush and truncation below leave a smaller,
+     * consistent image; compacting again finishes the work. */
+    if (ploop_cancelled()) {
+      cancelled = true;
+      break;
+    }
     while (hole < head && owner[hole])
       hole++;
     while (tail > first && !owner[tail - 1])
@@ -316,6 +324,8 @@ int delta_compact(struct ploop_delta *d, uint64_t *bytes_reclaimed)
   d->alloc_head = tail;
   if (bytes_reclaimed && old_size > tail * cb)
     *bytes_reclaimed = old_size - tail * cb;
+  if (cancelled)
+    rc = ploop_cancel_check();
 out:
   free(owner);
   free(buf);
