@@ -185,6 +185,15 @@ static int import_into_existing(const char *src, bool from_pipe, const char *dis
                                 struct ploop_copy_stats *stats)
 {
   char guid[PLOOP_UUID_LEN + 1];
+  /* A disk that cannot be opened for writing is refused as the import
+   * itself would refuse it, before any snapshot is made. */
+  struct ploop_disk *probe = ploop_disk_open(disk, NULL, PLOOP_OPEN_RDWR);
+  if (!probe || ploop_disk_close(probe) < 0) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ploop_get_error() ? ploop_get_error() : "");
+    ploop_set_error(ploop_get_status(), ploop_get_errno(), "import: %s", msg);
+    return cli_lib_error();
+  }
   block_signals(true); /* a snapshot left behind by an early signal would stay */
   int rc = ploop_snapshot_create(disk, NULL, guid);
   block_signals(false);
