@@ -125,8 +125,8 @@ static struct struct_io_manager disk_io_manager = {
 
 /* ---- which filesystem ------------------------------------------------- */
 
-/* What the first 64 KiB say: "ext" (the ext2/3/4 magic), "xfs", "" for
- * nothing recognised, "none" when they are all zero (no filesystem made). */
+/* What the first 64 KiB say: "ext" (the ext2/3/4 magic on the whole disk),
+ * "xfs", a GPT, "" for nothing recognised, "none" when they are all zero. */
 static int probe_fs(struct ploop_disk *disk, char *type, size_t len)
 {
   enum { PROBE = 65536 };
@@ -146,6 +146,8 @@ static int probe_fs(struct ploop_disk *disk, char *type, size_t len)
     t = "ext";
   else if (n >= 4 && memcmp(buf, "XFSB", 4) == 0)
     t = "xfs";
+  else if (n >= 520 && memcmp(buf + 512, "EFI PART", 8) == 0)
+    t = "a GPT partition table"; /* OpenVZ's own init makes one */
   else if (zero)
     t = "none";
   snprintf(type, len, "%s", t);
