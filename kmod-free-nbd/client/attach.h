@@ -107,7 +107,7 @@ int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaime
  * clean (journal to replay, errors).  ploop_cancel() stops it between two
  * clusters with a consistent image (PLOOP_ERR_CANCELLED). */
 struct ploop_offline_compact_stats {
-  char fstype[16];             /* "ext2/3/4", or what was found instead */
+  char fstype[32];             /* "ext2/3/4", or what was found instead */
   uint64_t clusters_discarded; /* top clusters given back */
   uint64_t bytes_discarded;
   uint64_t bytes_reclaimed;    /* the image file shrank by */
