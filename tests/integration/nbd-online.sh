@@ -153,6 +153,9 @@ err=$($PLOOP snapshot-switch -u "$UUID" "$TMP/disk" 2>&1) || rc=$?
 [[ $rc -eq 17 ]] || fail "snapshot-switch of a served disk exited $rc: $err"
 grep -q "switch to snapshot operation on running device (served by ploop-nbd)" <<<"$err" ||
   fail "snapshot-switch of a served disk says: $err"
+# compact of a bare export: no filesystem to trim, the daemon compacts.
+out=$($PLOOP compact "$TMP/disk") || fail "compact of a served disk: $out"
+grep -q "^$TMP/disk: 0 bytes trimmed, [0-9]* bytes reclaimed" <<<"$out" || fail "compact of a served disk says: $out"
 
 # ---- INFO, merge refused while the snapshot is exported ----------------
 info=$($PLOOP_NBD --ctl "$TMP/disk" INFO)
