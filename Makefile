@@ -78,10 +78,12 @@ $(BUILD)/lib/libploop.pc: libploop/libploop.pc.in
 	@mkdir -p $(dir $@)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
 
+# libext2fs only in ploop (offline compaction, kmod-free-nbd/client/fs-compact-offline.c):
+# the other binaries never pull that object out of the client archive.
 $(BUILD)/bin/ploop: $(call obj,$(PLOOP_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lm -lgnutls
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lm -lgnutls -lext2fs -lcom_err
 
 $(BUILD)/bin/ploop-nbd: $(call obj,$(NBD_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
 	@mkdir -p $(dir $@)

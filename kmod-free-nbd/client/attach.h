@@ -97,6 +97,23 @@ int ploop_attach_resize(const char *what, uint64_t new_bytes);
  * receives the bytes the image file shrank by. */
 int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaimed);
 
+/* Offline compaction of a disk nobody serves (OpenVZ users' `ploop
+ * compact` / `balloon discard` of a stopped container): the ext2/3/4
+ * filesystem on it is read through libext2fs straight from the image (no
+ * device), the top delta's clusters that hold only free blocks (or lie
+ * past the filesystem's end) are discarded, then the image is compacted as
+ * online.  Other filesystems are refused before anything is opened for
+ * writing (they are compacted mounted), as is a filesystem that is not
+ * clean (journal to replay, errors).  ploop_cancel() stops it between two
+ * clusters with a consistent image (PLOOP_ERR_CANCELLED). */
+struct ploop_offline_compact_stats {
+  char fstype[32];             /* "ext2/3/4", or what was found instead */
+  uint64_t clusters_discarded; /* top clusters given back */
+  uint64_t bytes_discarded;
+  uint64_t bytes_reclaimed;    /* the image file shrank by */
+};
+int ploop_fs_compact_offline(const char *disk_dir, struct ploop_offline_compact_stats *st);
+
 /* ---- filesystem helpers (on a device path) ---------------------------- */
 
 /* mkfs.ext4 / mkfs.xfs on DEVICE; FSTYPE "ext4", "ext3" or "xfs". */

@@ -294,7 +294,9 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid);
 
 /* Compaction of an open read-write disk: moves the top delta's tail
  * clusters into holes left by discards (data made durable before the BAT
- * entry moves), then truncates the file. Serialised against in-flight I/O. */
+ * entry moves), then truncates the file. Serialised against in-flight I/O.
+ * ploop_cancel() stops it between two moves: what was moved so far is
+ * truncated away, the image is consistent, PLOOP_ERR_CANCELLED returned. */
 int ploop_disk_compact(struct ploop_disk *disk, uint64_t *bytes_reclaimed);
 
 /* ---- resize, convert ------------------------------------------------ */

@@ -422,6 +422,10 @@ int delta_seal_begin(struct ploop_delta *d)
     return 0;
   d->h.in_use = PLOOP_CLEAN_V20;
   d->h.ext_offset = 0;
+  /* As a clean close: OpenVZ's check wants the flag on a delta with no
+   * clusters (an empty top merged into an empty parent). */
+  if (delta_count_allocated(d) == 0)
+    d->h.flags |= PLOOP_CIF_EMPTY;
   pthread_mutex_lock(&d->lock);
   /* Any dirty page, page 0 included, holds entries whose data may not be
    * durable yet: decide before the header marks page 0 dirty itself. */
