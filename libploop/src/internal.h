@@ -240,6 +240,8 @@ struct ploop_delta *delta_open_image(const struct ploop_descriptor *desc, const 
 /* Opens the chain of descriptor images ending at GUID. */
 int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags);
 void disk_close_deltas(struct ploop_disk *disk, bool clean);
+/* Marks [OFF, OFF+LEN) written for dirty tracking (a no-op while it is off). */
+void disk_mark_dirty(struct ploop_disk *disk, uint64_t off, uint64_t len);
 
 /* ---- copy helpers (copy.c) ---- */
 /* ploop_export_raw with explicit open flags (PLOOP_OPEN_NO_LOCK when the caller holds the lock). */

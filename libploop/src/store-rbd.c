@@ -21,7 +21,7 @@
  * in, their start-up (C++ initializers, dozens of libraries) cost every
  * ploop process ~0.8 s on a busy host, whether it touched Ceph or not. */
 #define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock)
-#define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes)
+#define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes) X(rbd_aio_create_completion) X(rbd_aio_read) X(rbd_aio_write) X(rbd_aio_get_return_value) X(rbd_aio_release)
 #define DECLARE(f) __typeof__(&f) p_##f;
 static struct {
   RADOS_FUNCS(DECLARE) RBD_FUNCS(DECLARE)
@@ -91,6 +91,11 @@ static int lib_ready(void)
 #define rbd_resize2 (*lib.p_rbd_resize2)
 #define rbd_flush (*lib.p_rbd_flush)
 #define rbd_write_zeroes (*lib.p_rbd_write_zeroes)
+#define rbd_aio_create_completion (*lib.p_rbd_aio_create_completion)
+#define rbd_aio_read (*lib.p_rbd_aio_read)
+#define rbd_aio_write (*lib.p_rbd_aio_write)
+#define rbd_aio_get_return_value (*lib.p_rbd_aio_get_return_value)
+#define rbd_aio_release (*lib.p_rbd_aio_release)
 
 #define RBD_ORDER 20 /* 1 MiB objects: one default ploop cluster per object */
 
@@ -418,6 +423,40 @@ static int s_pwrite(struct store_obj *o, const void *buf, size_t len, uint64_t o
   return 0;
 }
 
+/* librbd's completion thread: one at a time, never concurrent. A write's
+ * value is 0 once it is on every replica (rbd_cache is off), a read's the
+ * bytes read. */
+static void aio_complete(rbd_completion_t c, void *arg)
+{
+  struct store_aio *req = arg;
+  ssize_t v = rbd_aio_get_return_value(c);
+  rbd_aio_release(c);
+  int rc = 0;
+  if (v < 0)
+    rc = (int)v;
+  else if (!req->write && (size_t)v < req->len)
+    memset((char *)req->buf + v, 0, req->len - (size_t)v);
+  req->done(req, rc);
+}
+
+static int s_aio(struct store_obj *o, struct store_aio *req)
+{
+  struct rbd_obj *r = o->priv;
+  if (req->off + req->len > __atomic_load_n(&r->size, __ATOMIC_ACQUIRE))
+    return -EINVAL; /* librbd would cut a write short without a word */
+  rbd_completion_t c;
+  int rc = rbd_aio_create_completion(req, aio_complete, &c);
+  if (rc < 0)
+    return rc;
+  rc = req->write ? rbd_aio_write(r->img, req->off, req->len, req->buf, c)
+                  : rbd_aio_read(r->img, req->off, req->len, req->buf, c);
+  if (rc < 0) {
+    rbd_aio_release(c);
+    return rc;
+  }
+  return 0;
+}
+
 static int s_flush(struct store_obj *o)
 {
   struct rbd_obj *r = o->priv;
@@ -668,6 +707,7 @@ const struct store_ops store_rbd_ops = {
     .sync_names = s_sync_names,
     .pread = s_pread,
     .pwrite = s_pwrite,
+    .aio = s_aio,
     .flush = s_flush,
     .size = s_size,
     .truncate = s_truncate,
