@@ -20,7 +20,7 @@
 /* librados and librbd are loaded on the first use of an rbd: disk: linked
  * in, their start-up (C++ initializers, dozens of libraries) cost every
  * ploop process ~0.8 s on a busy host, whether it touched Ceph or not. */
-#define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock)
+#define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock) X(rados_set_pool_full_try)
 #define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes) X(rbd_aio_create_completion) X(rbd_aio_read) X(rbd_aio_write) X(rbd_aio_get_return_value) X(rbd_aio_release)
 #define DECLARE(f) __typeof__(&f) p_##f;
 static struct {
@@ -71,6 +71,7 @@ static int lib_ready(void)
 #define rados_unlock (*lib.p_rados_unlock)
 #define rados_list_lockers (*lib.p_rados_list_lockers)
 #define rados_break_lock (*lib.p_rados_break_lock)
+#define rados_set_pool_full_try (*lib.p_rados_set_pool_full_try)
 #define rbd_open (*lib.p_rbd_open)
 #define rbd_open_read_only (*lib.p_rbd_open_read_only)
 #define rbd_close (*lib.p_rbd_close)
@@ -189,6 +190,11 @@ static int connect_pool(const struct rbd_loc *l, rados_t *cluster, rados_ioctx_t
   rc = rados_ioctx_create(c->cluster, l->pool, io);
   if (rc < 0)
     return rbd_fail("open pool", l->pool, rc);
+  /* A full pool answers ENOSPC (EDQUOT over a quota) instead of holding
+   * every write until space comes back: librados pauses writes to a full
+   * pool by default, which would hang the disk's clients. librbd carries
+   * the flag into the I/O of images opened on this context. */
+  rados_set_pool_full_try(*io);
   return 0;
 }
 
@@ -386,6 +392,14 @@ static int s_pread(struct store_obj *o, void *buf, size_t len, uint64_t off)
   return 0;
 }
 
+/* librbd calls a resize's progress function without checking it for NULL
+ * when a shrink removes objects (a NULL one crashed the process). */
+static int no_progress(uint64_t done, uint64_t total, void *arg)
+{
+  (void)done, (void)total, (void)arg;
+  return 0;
+}
+
 /* RBD images do not grow when written: a write past the end is cut short
  * or refused. Grow first (only ever up: a resize is one metadata update). */
 static int grow_to(struct store_obj *o, uint64_t end)
@@ -396,7 +410,7 @@ static int grow_to(struct store_obj *o, uint64_t end)
   pthread_mutex_lock(&r->grow);
   int rc = 0;
   if (end > r->size) {
-    rc = rbd_resize2(r->img, end, false, NULL, NULL);
+    rc = rbd_resize2(r->img, end, false, no_progress, NULL);
     if (rc == 0)
       __atomic_store_n(&r->size, end, __ATOMIC_RELEASE);
   }
@@ -484,7 +498,7 @@ static int s_truncate(struct store_obj *o, uint64_t bytes)
 {
   struct rbd_obj *r = o->priv;
   pthread_mutex_lock(&r->grow);
-  int rc = rbd_resize2(r->img, bytes, true, NULL, NULL);
+  int rc = rbd_resize2(r->img, bytes, true, no_progress, NULL);
   if (rc == 0)
     __atomic_store_n(&r->size, bytes, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&r->grow);
