@@ -456,14 +456,26 @@ static void aio_complete(rbd_completion_t c, void *arg)
 static int s_aio(struct store_obj *o, struct store_aio *req)
 {
   struct rbd_obj *r = o->priv;
-  if (req->off + req->len > __atomic_load_n(&r->size, __ATOMIC_ACQUIRE))
-    return -EINVAL; /* librbd would cut a write short without a word */
+  size_t len = req->len;
+  if (req->write) {
+    if (grow_to(o, req->off + req->len) < 0) /* as s_pwrite: the image does not grow when written */
+      return -ploop_get_errno();
+  } else {
+    /* Past the end reads as zeros, as s_pread. */
+    uint64_t size = __atomic_load_n(&r->size, __ATOMIC_ACQUIRE);
+    len = req->off >= size ? 0 : (size_t)min_u64(len, size - req->off);
+    if (!len) {
+      memset(req->buf, 0, req->len);
+      req->done(req, 0);
+      return 0;
+    }
+  }
   rbd_completion_t c;
   int rc = rbd_aio_create_completion(req, aio_complete, &c);
   if (rc < 0)
     return rc;
-  rc = req->write ? rbd_aio_write(r->img, req->off, req->len, req->buf, c)
-                  : rbd_aio_read(r->img, req->off, req->len, req->buf, c);
+  rc = req->write ? rbd_aio_write(r->img, req->off, len, req->buf, c)
+                  : rbd_aio_read(r->img, req->off, len, req->buf, c);
   if (rc < 0) {
     rbd_aio_release(c);
     return rc;

@@ -55,10 +55,11 @@ struct store_ops {
    * the end grows the delta. Error set on failure. */
   int (*pread)(struct store_obj *o, void *buf, size_t len, uint64_t off);
   int (*pwrite)(struct store_obj *o, const void *buf, size_t len, uint64_t off);
-  /* Starts REQ inside the delta's current size (no growing, no short
-   * count: a read past the end is the caller's mistake). 0: REQ->done
-   * will run; -errno: it will not. NULL when the store has none (the file
-   * store's asynchronous I/O is libaio on its fd, io.c). */
+  /* Starts REQ as pread/pwrite would run it (a write past the end grows
+   * the delta first, synchronously; a read past the end gets zeros). 0:
+   * REQ->done will run (perhaps before this returns); -errno: it will not.
+   * NULL when the store has none (the file store's asynchronous I/O is
+   * libaio on its fd, io.c). */
   int (*aio)(struct store_obj *o, struct store_aio *req);
   /* Everything completed before is durable. */
   int (*flush)(struct store_obj *o);
