@@ -35,32 +35,9 @@ struct conn_async {
 
 #define REAP_BATCH 64u
 
-/* The reply of one finished request, then its buffer and its count. */
-static void finish(struct conn *c, struct async_req *a, int rc)
+/* A finished request's buffer and count go back. */
+static void release(struct conn *c, struct async_req *a)
 {
-  const struct request *r = &a->r;
-  if (rc < 0) {
-    nbd_log("%s: request %u at %llu+%u failed: %s", c->exp.de->name, r->type, (unsigned long long)r->offset,
-            r->count, strerror(-rc));
-    reply_error(c, r, r->cookie, nbd_errno(-rc));
-  } else if (r->type == NBD_CMD_WRITE) {
-    reply_simple(c, r->cookie, 0, NULL, 0);
-  } else if (!c->structured) {
-    reply_simple(c, r->cookie, 0, a->buf, r->count);
-  } else {
-    /* One data chunk: the range is in one delta, there is no hole in it. */
-    struct nbd_structured_reply h;
-    uint64_t off = nbd_be64(r->offset);
-    chunk_header(&h, r->cookie, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA, 8 + r->count);
-    pthread_mutex_lock(&c->wlock);
-    struct iovec iov[3] = {{&h, sizeof h}, {&off, 8}, {a->buf, r->count}};
-    int w = conn_writev(c, iov, 3);
-    pthread_mutex_unlock(&c->wlock);
-    if (w < 0) {
-      atomic_store(&c->closing, true);
-      shutdown(c->rfd, SHUT_RDWR);
-    }
-  }
   budget_release(c, a->pb);
   atomic_fetch_sub(&c->inflight, 1);
   struct conn_async *as = c->async;
@@ -69,6 +46,53 @@ static void finish(struct conn *c, struct async_req *a, int rc)
   as->free = a;
   pthread_mutex_unlock(&as->lock);
   atomic_fetch_sub(&as->inflight, 1);
+}
+
+/* The replies of N finished requests, the successful ones in one write
+ * under wlock (at depth a wake-up usually finds several). */
+static void finish(struct conn *c, struct async_req **reqs, const int *results, unsigned n)
+{
+  struct {
+    union {
+      struct nbd_simple_reply s;
+      struct nbd_structured_reply h;
+    };
+    uint64_t off;
+  } hdr[REAP_BATCH];
+  struct iovec iov[3 * REAP_BATCH];
+  int k = 0;
+  for (unsigned i = 0; i < n; i++) {
+    const struct request *r = &reqs[i]->r;
+    if (results[i] < 0) {
+      nbd_log("%s: request %u at %llu+%u failed: %s", c->exp.de->name, r->type, (unsigned long long)r->offset,
+              r->count, strerror(-results[i]));
+      reply_error(c, r, r->cookie, nbd_errno(-results[i]));
+      continue;
+    }
+    if (r->type == NBD_CMD_READ && c->structured) {
+      /* One data chunk: the range is in one delta, there is no hole in it. */
+      chunk_header(&hdr[i].h, r->cookie, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA, 8 + r->count);
+      hdr[i].off = nbd_be64(r->offset);
+      iov[k++] = (struct iovec){&hdr[i].h, sizeof hdr[i].h};
+      iov[k++] = (struct iovec){&hdr[i].off, 8};
+    } else {
+      hdr[i].s = (struct nbd_simple_reply){.magic = nbd_be32(NBD_SIMPLE_REPLY_MAGIC), .cookie = r->cookie};
+      iov[k++] = (struct iovec){&hdr[i].s, sizeof hdr[i].s};
+    }
+    if (r->type == NBD_CMD_READ)
+      iov[k++] = (struct iovec){reqs[i]->buf, r->count};
+  }
+  if (k > 0) {
+    pthread_mutex_lock(&c->wlock);
+    int w = conn_writev(c, iov, k);
+    pthread_mutex_unlock(&c->wlock);
+    if (w < 0) { /* the client is gone: stop reading from it too */
+      atomic_store(&c->closing, true);
+      shutdown(c->rfd, SHUT_RDWR);
+    }
+  }
+  for (unsigned i = 0; i < n; i++)
+    release(c, reqs[i]);
 }
 
 static void *completion_thread(void *arg)
@@ -86,10 +110,10 @@ static void *completion_thread(void *arg)
   int results[REAP_BATCH];
   for (;;) {
     int n = ploop_aio_queue_reap(as->q, tags, results, REAP_BATCH);
-    for (int i = 0; i < n; i++)
-      finish(c, tags[i], results[i]);
-    if (n > 0)
+    if (n > 0) {
+      finish(c, (struct async_req **)tags, results, (unsigned)n);
       continue;
+    }
     if (atomic_load(&as->stopping) && atomic_load(&as->inflight) == 0)
       break;
     struct pollfd p[2] = {{.fd = ploop_aio_queue_fd(as->q), .events = POLLIN},
