@@ -446,6 +446,7 @@ void disk_lock_exclusive(struct ploop_disk *disk)
     pthread_mutex_unlock(&disk->pin_lock);
     pthread_rwlock_wrlock(&disk->rw);
   }
+  disk->exclusive_gen++;
 }
 
 void disk_unlock_exclusive(struct ploop_disk *disk)

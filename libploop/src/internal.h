@@ -215,6 +215,7 @@ struct ploop_disk {
   pthread_rwlock_t rw; /* I/O: read side; structure changes: disk_lock_exclusive */
   unsigned pins;       /* mappings handed out by ploop_disk_map, not yet unmapped */
   unsigned draining;   /* structure changes waiting for the pins to go */
+  unsigned exclusive_gen; /* disk_lock_exclusive calls: a change to the structure since a read-side look */
   pthread_mutex_t pin_lock;
   pthread_cond_t pin_cond;
   int lock_fd;
