@@ -308,6 +308,9 @@ int ploop_disk_dirty_get(struct ploop_disk *disk, uint8_t *bitmap, size_t bytes,
  * flushes, pushes a new empty top.  GUID may be NULL (generated).  The new
  * snapshot's GUID is written to OUT (PLOOP_UUID_LEN+1 bytes). */
 int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out);
+/* How long the last ploop_disk_snapshot held the disk's I/O (drain, seal,
+ * flush, descriptor), in microseconds; 0 before any. */
+uint64_t ploop_disk_snapshot_pause_us(const struct ploop_disk *disk);
 /* Offline form: opens, snapshots, closes. */
 int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out);
 /* Delete: leaf removed; one child merged into it; else refused. */

@@ -216,6 +216,7 @@ struct ploop_disk {
   unsigned pins;       /* mappings handed out by ploop_disk_map, not yet unmapped */
   unsigned draining;   /* structure changes waiting for the pins to go */
   unsigned exclusive_gen; /* disk_lock_exclusive calls: a change to the structure since a read-side look */
+  uint64_t snapshot_pause_us; /* the last online snapshot's exclusive section */
   pthread_mutex_t pin_lock;
   pthread_cond_t pin_cond;
   int lock_fd;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -112,6 +113,8 @@ int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
   pthread_rwlock_unlock(&disk->rw);
   if (prc < 0)
     return -1;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   disk_lock_exclusive(disk); /* drains in-flight I/O: nothing acknowledged is left out */
   if (disk->exclusive_gen != gen + 1) {
     /* Another structure change came between: prepare again, now inside. */
@@ -156,9 +159,17 @@ fail_unlink:
     descriptor_abort_tmp(sp.nd, tfd);
   snap_prep_drop(disk, &sp);
 out:
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  disk->snapshot_pause_us =
+      (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
   disk_unlock_exclusive(disk);
   ploop_descriptor_free(sp.nd);
   return rc;
+}
+
+uint64_t ploop_disk_snapshot_pause_us(const struct ploop_disk *disk)
+{
+  return disk->snapshot_pause_us;
 }
 
 /* Offline: the top is closed and clean, so nothing in it changes; a new

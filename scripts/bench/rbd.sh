@@ -145,6 +145,7 @@ snaps_online=() snaps_offline=()
 for _ in 1 2 3; do snaps_online+=("$(snap_ms)"); done
 # The server's own time for each (drain, flush, new top), from its log.
 snaps_server=$(sed -n 's/.*online snapshot .* in \([0-9.]*\) ms.*/\1/p' "$W/ploop.err" | tr '\n' ' ')
+snaps_pause=$(sed -n 's/.*online snapshot .* (I\/O paused \([0-9.]*\) ms).*/\1/p' "$W/ploop.err" | tr '\n' ' ')
 stop_servers
 for _ in 1 2 3; do snaps_offline+=("$(snap_ms)"); done
 
@@ -162,7 +163,8 @@ for wl in "${WORKLOADS[@]}"; do
 done
 printf 'all rounds: '
 for k in "${!R[@]}"; do printf '%s:%s; ' "$k" "${R[$k]}"; done
-printf '\nsnapshot of the rbd disk (ms, target < 20): served: in the server %s(CLI wall %s); not served: CLI wall %s\n' \
-  "$snaps_server" "${snaps_online[*]}" "${snaps_offline[*]}"
+printf '\nsnapshot of the served rbd disk (ms, target < 20): I/O paused %s; whole call in the server %s;\n' \
+  "$snaps_pause" "$snaps_server"
+printf 'ploop snapshot CLI wall: served %s, not served %s\n' "${snaps_online[*]}" "${snaps_offline[*]}"
 printf '(CLI wall times include loading librados/librbd and connecting to the cluster)\n'
 printf 'load average at the end: %s; bench time: %ss\n' "$(cut -d' ' -f1-3 /proc/loadavg)" $(($(date +%s) - start))
