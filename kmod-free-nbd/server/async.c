@@ -138,7 +138,8 @@ void async_begin(struct conn *c)
     nbd_debug("asynchronous I/O not available: %s", as->q ? strerror(errno) : ploop_get_error());
     c->async = NULL;
     ploop_aio_queue_free(as->q);
-    if (as->stop_fd >= 0) close(as->stop_fd);
+    if (as->stop_fd >= 0)
+      close(as->stop_fd);
     pthread_mutex_destroy(&as->lock);
     free(as);
   }

@@ -82,7 +82,8 @@ Test(disk_aio, in_place_writes_and_reads_complete_through_the_queue)
   int res[4];
   cr_assert_eq(ploop_disk_aio_start(disk, q, true, b, 4096, 4096, &tag_w), 0,
                "a write into a hole allocates: the synchronous path's job");
-  cr_assert_eq(ploop_disk_aio_start(disk, q, false, r, 4096, 4096, &tag_r), 0, "a hole reads as zeros at once");
+  cr_assert_eq(ploop_disk_aio_start(disk, q, false, r, 4096, 4096, &tag_r), 0,
+               "a hole reads as zeros at once");
   OK(ploop_disk_pwrite(disk, a, CL, 0, 0));
   cr_assert_eq(ploop_disk_aio_start(disk, q, true, b, 4096, CL - 2048, &tag_w), 0, "a range across clusters");
   cr_assert_eq(ploop_disk_aio_start(disk, q, true, b, 4096, DISK_SIZE, &tag_w), -1, "past the end");
