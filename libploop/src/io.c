@@ -369,7 +369,7 @@ static int reap(struct ploop_aio *a, unsigned *slots, bool *failed, bool wait)
     }
     pthread_mutex_unlock(&a->smu);
     do
-      rc = io_getevents(a->ctx, wait && !mixed ? 1 : 0, (long)a->inflight, a->events,
+      rc = io_getevents(a->ctx, wait ? 1 : 0, (long)a->inflight, a->events,
                         !wait ? &zero : mixed ? &tick : NULL);
     while (rc == -EINTR);
     if (rc != 0 || !wait)
