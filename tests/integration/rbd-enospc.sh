@@ -19,7 +19,12 @@ export CEPH_CONF=$CONF
 t ceph osd set-nearfull-ratio 0.15 >/dev/null 2>&1
 t ceph osd set-backfillfull-ratio 0.17 >/dev/null 2>&1
 t ceph osd set-full-ratio 0.19 >/dev/null 2>&1 || fail "set-full-ratio"
-pool_full() { t ceph osd dump 2>/dev/null | grep -q "^pool .* 'rbd' .*flags [^ ]*full"; }
+# (no pipe into grep -q: its early exit is a SIGPIPE that pipefail reports)
+pool_full() {
+  local d
+  d=$(t ceph osd dump 2>/dev/null) || return 2
+  grep -q "^pool .* 'rbd' .*flags [^ ]*full" <<<"$d"
+}
 
 R=rbd:rbd/e1
 t "$PLOOP" init -s 256M "$R" >/dev/null
@@ -79,7 +84,7 @@ t ceph osd set-backfillfull-ratio 0.9 >/dev/null 2>&1
 t ceph osd set-nearfull-ratio 0.85 >/dev/null 2>&1
 for _ in $(seq 100); do pool_full || break; sleep 0.2; done
 pool_full && fail "the pool stays full after the ratio went up"
-first=$(grep -n '^write failed' "$TMP/results" | head -1 | cut -d: -f1)
+first=$(grep -n -m1 '^write failed' "$TMP/results" | cut -d: -f1)
 first=$((first - 1))
 t qemu-io -f raw -c "write -P 251 ${first}M 1M" -c flush "$URI" >"$TMP/w2.out" 2>&1
 grep -q '^wrote' "$TMP/w2.out" || fail "no write after space came back: $(cat "$TMP/w2.out")"
