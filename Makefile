@@ -190,7 +190,7 @@ FUZZ_TMP := $(shell test -w /dev/shm && echo /dev/shm || echo /tmp)
 FUZZ_ENV := TMPDIR=$(FUZZ_TMP) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # Extra objects per harness: the NBD server without its main(), and the
 # tar extraction of ploop-container with what it calls.
-FUZZ_NBD_OBJ = $(call obj,$(addprefix kmod-free-nbd/server/,budget.c connection.c exports.c handshake.c transmission.c))
+FUZZ_NBD_OBJ = $(call obj,$(addprefix kmod-free-nbd/server/,async.c budget.c connection.c exports.c handshake.c transmission.c))
 FUZZ_TAR_OBJ = $(call obj,$(addprefix tools/ploop-container/,fill-tar.c error.c util.c))
 
 fuzz-build:
