@@ -88,7 +88,14 @@ struct fs_uring {
   struct ring_ent *whead, **wtail;
   bool wstop;
   unsigned walive;
+  /* Workers start on demand: a few at first (each is a thread and an
+   * io_uring to make at every attach and tear down at every detach, while
+   * a container's start needs one or two), another whenever more entries
+   * wait than workers idle, up to NWORKERS. */
+  unsigned wstarted, widle, wqueued;
 };
+
+#define WORKERS_AT_START 2
 
 void fs_uring_stats(const struct fs_uring *u, struct fs_stats *st)
 {
@@ -204,14 +211,22 @@ void fs_submit_io(struct fs_req *r, const struct fs_io_seg *seg, unsigned n, boo
   e->io_arg = arg;
 }
 
+static bool start_worker(struct fs_uring *u, struct worker *w);
+
 static void enqueue_worker(struct fs_uring *u, struct ring_ent *e)
 {
   e->next = NULL;
   pthread_mutex_lock(&u->wlock);
   *u->wtail = e;
   u->wtail = &e->next;
+  u->wqueued++;
+  /* A worker that fails to start leaves the entry to the running ones. */
+  bool grow = u->wqueued > u->widle && u->wstarted < u->nworkers && !u->wstop;
+  unsigned slot = grow ? u->wstarted++ : 0;
   pthread_cond_signal(&u->wcond);
   pthread_mutex_unlock(&u->wlock);
+  if (grow)
+    start_worker(u, &u->w[slot]);
 }
 
 /* Takes the entry on to what the handler left it waiting for: an I/O on
@@ -397,11 +412,15 @@ static void *worker_thread(void *arg)
   fs_thread_init("ploop-fuse-work");
   pthread_mutex_lock(&u->wlock);
   for (;;) {
-    while (!u->whead && !u->wstop)
+    while (!u->whead && !u->wstop) {
+      u->widle++;
       pthread_cond_wait(&u->wcond, &u->wlock);
+      u->widle--;
+    }
     struct ring_ent *e = u->whead;
     if (!e)
       break; /* stopping, and nothing left to answer */
+    u->wqueued--;
     u->whead = e->next;
     if (!u->whead)
       u->wtail = &u->whead;
@@ -429,6 +448,26 @@ static void *worker_thread(void *arg)
   pthread_cond_broadcast(&u->wcond);
   pthread_mutex_unlock(&u->wlock);
   return NULL;
+}
+
+/* W's ring (for MSG_RING back to the serving threads) and thread. */
+static bool start_worker(struct fs_uring *u, struct worker *w)
+{
+  w->u = u;
+  w->ring_ok = io_uring_queue_init(4, &w->ring, 0) == 0;
+  if (!w->ring_ok)
+    return false;
+  pthread_mutex_lock(&u->wlock);
+  u->walive++;
+  pthread_mutex_unlock(&u->wlock);
+  if (pthread_create(&w->tid, NULL, worker_thread, w) != 0) {
+    pthread_mutex_lock(&u->wlock);
+    u->walive--;
+    pthread_mutex_unlock(&u->wlock);
+    return false;
+  }
+  w->started = true;
+  return true;
 }
 
 struct fs_uring *fs_uring_start(struct fs_session *s, unsigned depth, unsigned workers, bool pin,
@@ -498,25 +537,8 @@ struct fs_uring *fs_uring_start(struct fs_session *s, unsigned depth, unsigned w
   }
   free(online);
   free(cpu_thread);
-  for (unsigned i = 0; i < u->nworkers && ok; i++) {
-    struct worker *w = &u->w[i];
-    w->u = u;
-    ok = io_uring_queue_init(4, &w->ring, 0) == 0;
-    w->ring_ok = ok;
-    if (ok) {
-      pthread_mutex_lock(&u->wlock);
-      u->walive++;
-      pthread_mutex_unlock(&u->wlock);
-      if (pthread_create(&w->tid, NULL, worker_thread, w) != 0) {
-        pthread_mutex_lock(&u->wlock);
-        u->walive--;
-        pthread_mutex_unlock(&u->wlock);
-        ok = false;
-      } else {
-        w->started = true;
-      }
-    }
-  }
+  for (; ok && u->wstarted < u->nworkers && u->wstarted < WORKERS_AT_START; u->wstarted++)
+    ok = start_worker(u, &u->w[u->wstarted]);
   if (!ok) {
     fs_uring_free(u, false);
     snprintf(why, why_len, "out of memory, or io_uring refused a worker's ring");
