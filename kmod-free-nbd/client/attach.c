@@ -243,8 +243,13 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
     return ploop_set_error(PLOOP_ERR_GENERIC, e, "fork: %s", strerror(e));
   }
   if (child == 0) {
-    /* Its own session: the daemon must outlive the CLI and its terminal. */
+    /* Its own session: the daemon must outlive the CLI and its terminal.
+     * Nor does it inherit the signals a caller blocks (a container's
+     * monitor blocks SIGCHLD, SIGUSR1, ... for its signalfd). */
     setsid();
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0)
       dup2(devnull, 0);
