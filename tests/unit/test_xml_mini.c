@@ -113,6 +113,53 @@ Test(xml_mini, hands_back_what_is_not_well_formed)
   HANDED_BACK(deep);
 }
 
+/* Mutations of a descriptor (characters replaced, inserted, dropped): every
+ * one the reader takes, libxml2 takes too and reads the same. */
+Test(xml_mini, mutated_documents_read_as_libxml2_reads_them)
+{
+  static const char base[] =
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Parallels_disk_image Version=\"1.0\">\n"
+      "  <Disk_Parameters>\n    <Disk_size>524288</Disk_size>\n  </Disk_Parameters>\n"
+      "  <StorageData><Storage><Image><GUID>{5fbaabe3}</GUID><File>root.hds</File></Image>"
+      "</Storage></StorageData>\n  <Snapshots><Shot a='1' b=\"2\"/></Snapshots>\n"
+      "</Parallels_disk_image>\n";
+  static const char alpha[] = "<>/=\"' \t\nabc?!-&;]x1\r";
+  uint32_t seed = 12345;
+  unsigned taken = 0;
+  for (int it = 0; it < 20000; it++) {
+    char buf[sizeof base + 8];
+    size_t len = sizeof base - 1;
+    memcpy(buf, base, len);
+    for (int k = 0, muts = 1 + it % 3; k < muts; k++) {
+      seed = seed * 1103515245u + 12345u;
+      size_t pos = (seed >> 8) % len;
+      char c = alpha[(seed >> 20) % (sizeof alpha - 1)];
+      switch ((seed >> 4) % 3) {
+      case 0: buf[pos] = c; break;
+      case 1:
+        if (len < sizeof buf) {
+          memmove(buf + pos + 1, buf + pos, len - pos);
+          buf[pos] = c;
+          len++;
+        }
+        break;
+      default: memmove(buf + pos, buf + pos + 1, len - pos - 1); len--;
+      }
+    }
+    struct xml_mini_node *m = xml_mini_parse(buf, len);
+    if (!m)
+      continue;
+    taken++;
+    xmlDoc *x = xmlReadMemory(buf, (int)len, "t.xml", NULL, XML_PARSE_NONET | XML_PARSE_NOERROR |
+                                                              XML_PARSE_NOWARNING);
+    cr_assert(x, "libxml2 rejects what the reader took: %.*s", (int)len, buf);
+    same_tree(m, xmlDocGetRootElement(x));
+    xmlFreeDoc(x);
+    xml_mini_free(m);
+  }
+  cr_assert_gt(taken, 1000, "the mutations left too few documents inside the subset: %u", taken);
+}
+
 /* A descriptor outside the subset still loads (through libxml2), the same. */
 Test(xml_mini, descriptor_outside_the_subset_loads_the_same)
 {
