@@ -138,18 +138,6 @@ static void log_last_line(const char *log, char *msg, size_t len)
   attach_copy_field(msg, len, start ? start + 1 : buf);
 }
 
-static pid_t read_pid_file(const char *path)
-{
-  FILE *f = fopen(path, "re");
-  if (!f)
-    return -1;
-  int pid = -1;
-  if (fscanf(f, "%d", &pid) != 1)
-    pid = -1;
-  fclose(f);
-  return pid;
-}
-
 /* The FUSE file is ready when it is a regular file on a filesystem other
  * than the one holding the (still empty) mount point directory. */
 static bool fuse_ready(const char *fuse_dir, dev_t parent_dev)
@@ -210,7 +198,7 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
   if (stat(p->fuse_dir, &parent) < 0)
     return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", p->fuse_dir, strerror(errno));
   unlink(p->pid_file);
-  char *argv[16];
+  char *argv[20];
   int a = 0;
   argv[a++] = exe;
   argv[a++] = "--fuse";
@@ -219,9 +207,12 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
   argv[a++] = PLOOP_ATTACH_FUSE_FILE;
   argv[a++] = "-U";
   argv[a++] = (char *)p->nbd_socket;
-  argv[a++] = "-d";
   argv[a++] = "--pid-file";
   argv[a++] = (char *)p->pid_file;
+  /* The daemon is our child (no fork of its own, no intermediate process
+   * to wait out): it says "ok" or why it failed on fd 3. */
+  argv[a++] = "--ready-fd";
+  argv[a++] = "3";
   /* A read-only attach of the top is enforced by the read-only loop device
    * and mount; the daemon serves the top as usual (and keeps its control
    * socket for `ploop snapshot`).  Snapshots are served read-only. */
@@ -237,61 +228,87 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
   int log = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (log < 0)
     return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", p->log, strerror(errno));
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) < 0) {
+    int e = errno;
+    close(log);
+    return ploop_set_error(PLOOP_ERR_GENERIC, e, "pipe: %s", strerror(e));
+  }
   pid_t child = fork();
   if (child < 0) {
     int e = errno;
     close(log);
+    close(ready[0]);
+    close(ready[1]);
     return ploop_set_error(PLOOP_ERR_GENERIC, e, "fork: %s", strerror(e));
   }
   if (child == 0) {
-    /* Its own session: the daemon must outlive the CLI and its terminal. */
+    /* Its own session: the daemon must outlive the CLI and its terminal.
+     * Nor does it inherit the signals a caller blocks (a container's
+     * monitor blocks SIGCHLD, SIGUSR1, ... for its signalfd). */
     setsid();
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0)
       dup2(devnull, 0);
     dup2(log, 1);
     dup2(log, 2);
+    if (ready[1] == 3)
+      fcntl(3, F_SETFD, 0);
+    else
+      dup2(ready[1], 3);
     execvp(argv[0], argv);
     dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
   close(log);
+  close(ready[1]);
 
-  /* With -d the daemon forks and its first process exits once the export
-   * is ready (0) or has failed (1, with the reason in the log); the pid
-   * file names the process that stays. */
-  int status = 0;
-  bool exited = false;
-  pid_wait_exit(child, DAEMON_START_TIMEOUT_MS);  /* the poll below then finds it at once */
-  for (unsigned waited = 0; waited <= DAEMON_START_TIMEOUT_MS; waited += 10) {
-    pid_t r = waitpid(child, &status, WNOHANG);
-    if (r == child || (r < 0 && errno == ECHILD)) {
-      exited = true;
+  /* "ok" once the export is ready; else the reason, or EOF if it died. */
+  char msg[512];
+  size_t got = 0;
+  bool timed_out = false;
+  struct pollfd pfd = {.fd = ready[0], .events = POLLIN};
+  for (;;) {
+    int r = poll(&pfd, 1, DAEMON_START_TIMEOUT_MS);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      timed_out = true;
       break;
     }
-    sleep_ms(10);
+    ssize_t n = read(ready[0], msg + got, sizeof(msg) - 1 - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    got += (size_t)n;
+    if (got == sizeof(msg) - 1)
+      break;
   }
-  pid_t pid = read_pid_file(p->pid_file);
-  if (!exited || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || pid <= 0 ||
-      !fuse_ready(p->fuse_dir, parent.st_dev)) {
-    char msg[512];
+  close(ready[0]);
+  msg[got] = 0;
+  bool ok = got == 2 && memcmp(msg, "ok", 2) == 0;
+  if (ok && fuse_ready(p->fuse_dir, parent.st_dev)) {
+    *pid_out = child;
+    return 0;
+  }
+  if (ok)
+    daemon_stop(child, p->fuse_dir);  /* SIGTERM: it clears the in-use mark */
+  else if (timed_out)
+    kill(child, SIGKILL);
+  waitpid(child, NULL, 0);  /* a failed start exits by itself */
+  umount2(p->fuse_dir, MNT_DETACH);
+  if (timed_out)
+    return ploop_set_error(PLOOP_ERR_GENERIC, ETIMEDOUT, "ploop-nbd did not export %s in %d s",
+                           disk_dir, DAEMON_START_TIMEOUT_MS / 1000);
+  if (!got)
     log_last_line(p->log, msg, sizeof(msg));
-    if (!exited) {
-      kill(child, SIGKILL);
-      waitpid(child, NULL, 0);
-    }
-    if (pid > 0)
-      daemon_stop(pid, p->fuse_dir);
-    umount2(p->fuse_dir, MNT_DETACH);
-    if (!exited)
-      return ploop_set_error(PLOOP_ERR_GENERIC, ETIMEDOUT, "ploop-nbd did not export %s in %d s",
-                             disk_dir, DAEMON_START_TIMEOUT_MS / 1000);
-    const char *why = strncmp(msg, "ploop-nbd: ", 11) == 0 ? msg + 11 : msg;
-    return ploop_set_error(PLOOP_ERR_GENERIC, EIO, "ploop-nbd failed: %s",
-                           why[0] ? why : "exited without a message");
-  }
-  *pid_out = pid;
-  return 0;
+  const char *why = strncmp(msg, "ploop-nbd: ", 11) == 0 ? msg + 11 : msg;
+  return ploop_set_error(PLOOP_ERR_GENERIC, EIO, "ploop-nbd failed: %s",
+                         why[0] ? why : "exited without a message");
 }
 
 /* ---- loop device ------------------------------------------------------ */
