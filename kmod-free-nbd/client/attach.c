@@ -635,6 +635,51 @@ int ploop_attach_umount(const char *what)
   return rc;
 }
 
+int ploop_attach_mount_fs(const char *what, const struct ploop_attach_opts *o)
+{
+  if (!what || !o || !o->mount_point)
+    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "mount: no attachment or mount point given");
+  char mp[PATH_MAX];
+  struct stat st;
+  if (!realpath(o->mount_point, mp) || stat(mp, &st) < 0)
+    return ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "mount point %s: %s", o->mount_point, strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    return ploop_set_error(PLOOP_ERR_PARAM, ENOTDIR, "mount point %s is not a directory", o->mount_point);
+  int lock = attach_lock();
+  if (lock < 0)
+    return -1;
+  struct ploop_attach_info i;
+  int rc = -1;
+  if (attach_state_find(what, &i) < 0)
+    goto out;
+  if (!i.daemon_alive) {
+    ploop_set_error(PLOOP_ERR_GENERIC, EIO, "%s: its ploop-nbd died; run `ploop umount %s`", i.disk_dir,
+                    i.disk_dir);
+    goto out;
+  }
+  if (i.mount_point[0]) {
+    ploop_set_error(PLOOP_ERR_BUSY, EBUSY, "%s is mounted on %s already", i.device, i.mount_point);
+    goto out;
+  }
+  if (o->fstype)
+    snprintf(i.fstype, sizeof(i.fstype), "%s", o->fstype);
+  else if (ploop_fs_probe(i.device, i.fstype, sizeof(i.fstype)) < 0)
+    goto out;
+  if (fs_mount(i.device, mp, i.fstype, i.readonly || o->readonly, o->mount_flags, o->mount_data) < 0)
+    goto out;
+  snprintf(i.mount_point, sizeof(i.mount_point), "%s", mp);
+  struct paths p;
+  make_paths(i.disk_dir, i.snapshot_guid, &p);
+  if (attach_state_write(p.state, &i) < 0) {
+    umount2(mp, 0);
+    goto out;
+  }
+  rc = 0;
+out:
+  attach_unlock(lock);
+  return rc;
+}
+
 int ploop_attach_format(const char *disk_dir, const char *fstype)
 {
   return ploop_attach_format_opts(disk_dir, fstype, NULL);

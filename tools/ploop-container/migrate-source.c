@@ -41,6 +41,7 @@ struct src {
   uint64_t t0, t_freeze;
   char *criu_bin;    /* a working CRIU, offered to the destination */
   bool use_criu;     /* the destination takes images: dump while frozen */
+  bool preattach;    /* the destination attaches the disk before the freeze (ATTACH) */
   char images[128];  /* the dump, on tmpfs; removed at the end either way */
 };
 
@@ -134,6 +135,26 @@ static int live_rounds(struct src *s)
     if ((s->r->stop_reason = stop_reason(s)))
       return 0;
   }
+}
+
+/* The live rounds are over: the destination attaches what it holds (its
+ * daemon, FUSE and loop device) while the container still runs here, so
+ * that the frozen window only streams into it and mounts. A failure is
+ * an ordinary one: nothing is frozen yet. */
+static int pre_attach(struct src *s)
+{
+  if (!s->preattach)
+    return 0;
+  if (mig_send_text(s->fd, MIG_ATTACH, "") < 0)
+    return -1;
+  mig_test_hook("attach");
+  cleanup_free char *ans = NULL;
+  if (mig_expect(s->fd, MIG_ATTACHED, &ans, NULL) < 0)
+    return ct_wrap("attach on the destination");
+  char ms[32];
+  if (mig_kv(ans, "attach_ms", ms, sizeof ms))
+    s->r->dest_pre_attach_ms = strtod(ms, NULL);
+  return 0;
 }
 
 static int frozen_round(struct src *s)
@@ -284,6 +305,8 @@ static int hello(struct src *s)
   uint64_t v;
   if (mig_kv_u64(w, "version", &v) < 0 || v != MIG_VERSION)
     return ct_fail(0, "the destination speaks protocol version %s, not %d", w, MIG_VERSION);
+  char pa[8];
+  s->preattach = mig_kv(w, "preattach", pa, sizeof pa) && strcmp(pa, "1") == 0;
   if (s->criu_bin) {
     uint64_t offered = 0;
     s->use_criu = mig_kv_u64(w, "criu", &offered) == 0 && offered;
@@ -466,7 +489,7 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r)
   snprintf(s.rec.dest, sizeof s.rec.dest, "%s", o->dest);
   if (hello(&s) < 0 || mig_record_save(o->name, &s.rec, true) < 0)
     goto fail;
-  if (r->online ? live_rounds(&s) < 0 || frozen_round(&s) < 0 : offline_round(&s) < 0)
+  if (r->online ? live_rounds(&s) < 0 || pre_attach(&s) < 0 || frozen_round(&s) < 0 : offline_round(&s) < 0)
     goto fail;
   rc = commit(&s);
   if (rc < 0)

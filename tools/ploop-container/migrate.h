@@ -49,6 +49,7 @@ struct mig_result {
   uint64_t criu_bytes;      /* CRIU images sent (part of the frozen round) */
   const char *criu_why;     /* why the command was restarted instead (NULL: CRIU used or not asked) */
   const char *stop_reason;  /* why the live rounds ended */
+  double dest_pre_attach_ms; /* the destination's attach before the freeze (0: not done) */
   struct mig_phases ph;
 };
 

@@ -50,9 +50,10 @@ static void print_result(const struct mig_opts *o, const struct mig_result *r, b
     for (unsigned i = 0; i < r->n_rounds; i++)
       printf("%s%" PRIu64, i ? "," : "", r->rounds[i]);
     printf("],\"bytes_sent\":%" PRIu64 ",\"downtime_ms\":%.1f,\"total_ms\":%.1f,\"criu\":%s,"
-           "\"online\":%s,\"stop_reason\":\"%s\",\"criu_bytes\":%" PRIu64 ",",
+           "\"online\":%s,\"stop_reason\":\"%s\",\"criu_bytes\":%" PRIu64 ",\"dest_pre_attach_ms\":%.1f,",
            r->bytes_sent, r->downtime_ms, r->total_ms, r->criu ? "true" : "false",
-           r->online ? "true" : "false", r->stop_reason ? r->stop_reason : "", r->criu_bytes);
+           r->online ? "true" : "false", r->stop_reason ? r->stop_reason : "", r->criu_bytes,
+           r->dest_pre_attach_ms);
     if (r->criu_why) {
       printf("\"criu_why\":\"");
       for (const char *c = r->criu_why; *c; c++)
