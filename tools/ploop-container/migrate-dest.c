@@ -164,10 +164,8 @@ static int on_round(struct dst *d, const char *msg)
   struct ploop_stream_stats st = {0};
   char got[PLOOP_UUID_LEN + 1] = "";
   if (d->pa.attached) {
-    /* the disk is served: the frozen round goes into its top, on the last live one */
-    if (!final)
-      return ct_fail(0, "protocol error: a live round after ATTACH");
-    if (mig_preattach_receive(&d->pa, d->rec.snaps[d->rec.n_snaps - 1], d->fd, &st, got) < 0)
+    /* the disk is served: the round goes into its top, on the state before */
+    if (mig_preattach_receive(&d->pa, d->pa.holds, d->fd, &st, got, final) < 0)
       return ct_wrap("round %" PRIu64, round);
   } else if (ploop_receive(d->diskdir, NULL, d->fd, &st, got) < 0) {
     return ct_fail(0, "round %" PRIu64 ": %s", round, ploop_get_error());
@@ -176,6 +174,7 @@ static int on_round(struct dst *d, const char *msg)
     return ct_fail(0, "round %" PRIu64 ": the stream carried %s, announced %s", round, got, guid);
   d->next_round++;
   d->final_seen = final != 0;
+  snprintf(d->pa.holds, sizeof d->pa.holds, "%s", got);
   /* the round's snapshot is the migration's, merged away after COMMIT (one
    * written into the served top is no snapshot here) */
   if (!d->pa.attached && d->rec.n_snaps < sizeof d->rec.snaps / sizeof d->rec.snaps[0])
@@ -201,7 +200,7 @@ static int on_file(struct dst *d, const char *msg)
   return 0;
 }
 
-/* ATTACH: the live rounds are over; attach now, while the source still runs. */
+/* ATTACH, after round 0: attach now, while the source still runs. */
 static int on_attach(struct dst *d)
 {
   if (!d->preattach || d->pa.attached || !d->next_round || d->final_seen)
@@ -381,7 +380,7 @@ static int authenticate(int fd, const struct mig_auth *auth, const char *hello, 
 
 static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
 {
-  struct dst d = {.fd = fd, .timeout_s = timeout_s, .lock = -1, .pa = MIG_PREATTACH_INIT};
+  struct dst d = {.fd = fd, .timeout_s = timeout_s, .lock = -1, .pa = {.dev = -1}};
   char cn[MIG_NONCE_HEX + 1] = "", sn[MIG_NONCE_HEX + 1] = "";
   unsigned t;
   char *msg = NULL;

@@ -1,9 +1,10 @@
 /* Early attach on a migration's destination (see migrate-preattach.h).
- * Why the top may take the last round's clusters by plain writes: after
- * the live rounds the disk is the received snapshots with an empty top, so
- * the device reads as the last live snapshot, the base of the frozen
- * round's stream; nothing mounts it before the stream is in, so no page
- * cache holds old blocks, and the device is written with O_DIRECT. A
+ * Why the top may take the later rounds' clusters by plain writes: after
+ * round 0 the disk is the received snapshots with an empty top, so the
+ * device reads as round 0's snapshot, the base of round 1's stream, and
+ * after each round as that round's state, the base of the next; nothing
+ * mounts it before the frozen round is in, so no page cache holds old
+ * blocks, and the device is written with O_DIRECT. A
  * failure anywhere leaves only what discard() removes with the rest. */
 #include "migrate-preattach.h"
 
@@ -45,11 +46,14 @@ int mig_preattach_attach(struct mig_preattach *pa, const char *diskdir)
 }
 
 int mig_preattach_receive(struct mig_preattach *pa, const char *base, int fd, struct ploop_stream_stats *st,
-                          char *got)
+                          char *got, bool final)
 {
+  if (pa->dev < 0)
+    return ct_fail(0, "protocol error: a round after the frozen one");
   int rc = ploop_receive_device(pa->dev, base, NULL, fd, st, got);
-  /* closed either way: a loop device with an open fd is not released */
-  mig_preattach_close(pa);
+  /* no longer needed: a loop device with an open fd is not released */
+  if (rc < 0 || final)
+    mig_preattach_close(pa);
   return rc < 0 ? ct_fail(0, "%s: %s", pa->device, ploop_get_error()) : 0;
 }
 
