@@ -14,7 +14,7 @@
 #define CT_EXIT_IN_DOUBT 6
 #define MIG_MAX_ROUNDS 64
 #define MIG_DEFAULT_ROUNDS 8
-#define MIG_DEFAULT_MIN_ROUND (16ull << 20)
+#define MIG_DEFAULT_MIN_ROUND (4ull << 20)
 #define MIG_DEFAULT_TIMEOUT 30
 
 struct mig_opts {

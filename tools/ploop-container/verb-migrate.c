@@ -20,7 +20,7 @@ static const char help[] =
     "Online (the default for a running container): round 0 streams the disk below a\n"
     "snapshot while the container runs; each next round streams what changed since\n"
     "the last snapshot. Live rounds stop after --max-rounds (default 8), or after a\n"
-    "round under --min-round bytes (default 16M: about 130 ms on a 1 Gbit/s link), or\n"
+    "round under --min-round bytes (default 4M: about 35 ms on a 1 Gbit/s link), or\n"
     "after a round not at least 10% smaller than the one before. Then the container\n"
     "is frozen, its filesystem synced, the last round sent, and it starts there; it\n"
     "is removed here (--keep-source: stopped and kept). --offline: stop, copy, start.\n"
