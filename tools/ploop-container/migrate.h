@@ -31,12 +31,12 @@ struct mig_opts {
  * destination's own share of prepare and commit comes back in READY and
  * COMMITTED (dest_*); the rest of those is the link and the messages. */
 struct mig_phases {
-  double freeze, sync, snapshot; /* cgroup freezer, syncfs, last snapshot (FIFREEZE) */
+  double freeze, sync, snapshot; /* cgroup freezer, syncfs, last snapshot (the daemon's) */
   double checkpoint;             /* CRIU dump (0 without) */
   double round;                  /* the last disk stream (and CRIU images), until its ack */
   double send;                   /* of which our ploop_send (open, read, write) */
   double dest_receive;           /* and the destination's receive */
-  double prepare, dest_attach;   /* PREPARE..READY; the destination's mount of the disk */
+  double prepare, dest_attach;   /* PREPARE..READY; the destination's mount (and attach, if not early) */
   double commit, dest_start;     /* COMMIT..COMMITTED; the destination's start/restore */
 };
 
