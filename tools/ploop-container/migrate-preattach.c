@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "attach.h"
@@ -25,6 +26,17 @@ bool mig_preattach_offered(void)
   return !e || strcmp(e, "0") != 0;
 }
 
+/* Writes through the device that the daemon could not place (its
+ * filesystem full) reach ext4 as plain I/O errors: a mount that replays
+ * the journal says "Input/output error". Name the likely cause. */
+static const char *space_hint(const char *diskdir)
+{
+  struct statvfs v;
+  if (statvfs(diskdir, &v) == 0 && (uint64_t)v.f_bfree * v.f_frsize < (2u << 20))
+    return " (no space left on the destination's filesystem)";
+  return "";
+}
+
 int mig_preattach_attach(struct mig_preattach *pa, const char *diskdir)
 {
   uint64_t t0 = now_ns();
@@ -34,6 +46,7 @@ int mig_preattach_attach(struct mig_preattach *pa, const char *diskdir)
     return ct_fail(0, "attach the disk early: %s", ploop_get_error());
   pa->attached = true;
   snprintf(pa->device, sizeof pa->device, "%s", info.device);
+  snprintf(pa->diskdir, sizeof pa->diskdir, "%s", diskdir);
   pa->dev = open(info.device, O_RDWR | O_DIRECT | O_CLOEXEC);
   if (pa->dev < 0) {
     int e = errno;
@@ -54,14 +67,14 @@ int mig_preattach_receive(struct mig_preattach *pa, const char *base, int fd, st
   /* no longer needed: a loop device with an open fd is not released */
   if (rc < 0 || final)
     mig_preattach_close(pa);
-  return rc < 0 ? ct_fail(0, "%s: %s", pa->device, ploop_get_error()) : 0;
+  return rc < 0 ? ct_fail(0, "%s: %s%s", pa->device, ploop_get_error(), space_hint(pa->diskdir)) : 0;
 }
 
 int mig_preattach_mount(struct mig_preattach *pa, const char *mnt)
 {
   struct ploop_attach_opts o = {.mount_point = mnt, .fstype = "ext4", .mount_flags = MS_NODEV};
   if (ploop_attach_mount_fs(pa->device, &o) < 0)
-    return ct_fail(0, "mount %s on %s: %s", pa->device, mnt, ploop_get_error());
+    return ct_fail(0, "%s%s", ploop_get_error(), space_hint(pa->diskdir));
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #define CT_MIGRATE_PREATTACH_H
 
 #include <stdbool.h>
+#include <limits.h>
 #include <stddef.h>
 
 #include "libploop.h"
@@ -17,6 +18,7 @@ struct mig_preattach {
   int dev;       /* the device, open for the rounds; -1 after the frozen one */
   char device[64];
   char holds[PLOOP_UUID_LEN + 1]; /* the state the device shows: the last round's */
+  char diskdir[PATH_MAX];
   double attach_ms;
 };
 
