@@ -1,6 +1,7 @@
 /* Local attach: spawn ploop-nbd with a FUSE export, bind a loop device with
  * direct I/O to the FUSE file, mount the filesystem; and the reverse.  Each
  * attachment's state is a small key=value file under PLOOP_ATTACH_RUN_DIR. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -410,6 +411,38 @@ static int loop_detach(const char *dev, const struct paths *p)
   return rc;
 }
 
+/* The loop device bound to our FUSE file, found by its backing file: an
+ * attach killed between binding it and recording it left it unnamed. */
+static void loop_find_bound(const struct paths *p, char *dev, size_t len)
+{
+  char want[PATH_MAX + 16];
+  snprintf(want, sizeof(want), "%s/%s", p->fuse_dir, PLOOP_ATTACH_FUSE_FILE);
+  DIR *d = opendir("/sys/block");
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, "loop", 4) != 0)
+      continue;
+    char path[300], back[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "/sys/block/%s/loop/backing_file", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    ssize_t n = read(fd, back, sizeof(back) - 1);
+    close(fd);
+    if (n <= 0)
+      continue;
+    back[n] = 0;
+    back[strcspn(back, "\n")] = 0;
+    if (strcmp(back, want) == 0) {
+      snprintf(dev, len, "/dev/%.40s", e->d_name);
+      break;
+    }
+  }
+  closedir(d);
+}
+
 /* ---- mount ------------------------------------------------------------ */
 
 /* mount(8)-style options: the generic ones are MS_* flags for mount(2), the
@@ -492,6 +525,12 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
 static int teardown(struct ploop_attach_info *i, const struct paths *p)
 {
   int rc = 0;
+  /* Recorded before its daemon and device were (an attach killed half-way):
+   * find them by the daemon's pid file and the device's backing file. */
+  if (i->daemon_pid <= 0)
+    i->daemon_pid = read_pid_file(p->pid_file);
+  if (!i->device[0])
+    loop_find_bound(p, i->device, sizeof(i->device));
   /* After a crash and a manual cleanup the device number may belong to
    * another attachment now: then neither it nor its mount is ours. */
   if (i->device[0] && !loop_device_is_ours(i->device, p)) {
@@ -586,6 +625,10 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
   char want_mp[PATH_MAX];
   snprintf(want_mp, sizeof(want_mp), "%s", i.mount_point);
   i.mount_point[0] = 0;
+  /* On record before anything runs: an attach killed at any step leaves a
+   * state that `ploop umount DISK` (teardown) undoes. */
+  if (attach_state_write(p.state, &i) < 0)
+    goto fail;
   if (daemon_start(i.disk_dir, &p, i.snapshot_guid, i.readonly, &i.daemon_pid) < 0)
     goto fail;
   if (attach_state_write(p.state, &i) < 0)
@@ -648,6 +691,51 @@ int ploop_attach_umount(const char *what)
   int rc = teardown(&i, &p);
   if (rc < 0 && access(p.state, F_OK) == 0)
     attach_state_write(p.state, &i); /* what is left, for the next try */
+  attach_unlock(lock);
+  return rc;
+}
+
+int ploop_attach_mount_fs(const char *what, const struct ploop_attach_opts *o)
+{
+  if (!what || !o || !o->mount_point)
+    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "mount: no attachment or mount point given");
+  char mp[PATH_MAX];
+  struct stat st;
+  if (!realpath(o->mount_point, mp) || stat(mp, &st) < 0)
+    return ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "mount point %s: %s", o->mount_point, strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    return ploop_set_error(PLOOP_ERR_PARAM, ENOTDIR, "mount point %s is not a directory", o->mount_point);
+  int lock = attach_lock();
+  if (lock < 0)
+    return -1;
+  struct ploop_attach_info i;
+  int rc = -1;
+  if (attach_state_find(what, &i) < 0)
+    goto out;
+  if (!i.daemon_alive) {
+    ploop_set_error(PLOOP_ERR_GENERIC, EIO, "%s: its ploop-nbd died; run `ploop umount %s`", i.disk_dir,
+                    i.disk_dir);
+    goto out;
+  }
+  if (i.mount_point[0]) {
+    ploop_set_error(PLOOP_ERR_BUSY, EBUSY, "%s is mounted on %s already", i.device, i.mount_point);
+    goto out;
+  }
+  if (o->fstype)
+    snprintf(i.fstype, sizeof(i.fstype), "%s", o->fstype);
+  else if (ploop_fs_probe(i.device, i.fstype, sizeof(i.fstype)) < 0)
+    goto out;
+  if (fs_mount(i.device, mp, i.fstype, i.readonly || o->readonly, o->mount_flags, o->mount_data) < 0)
+    goto out;
+  snprintf(i.mount_point, sizeof(i.mount_point), "%s", mp);
+  struct paths p;
+  make_paths(i.disk_dir, i.snapshot_guid, &p);
+  if (attach_state_write(p.state, &i) < 0) {
+    umount2(mp, 0);
+    goto out;
+  }
+  rc = 0;
+out:
   attach_unlock(lock);
   return rc;
 }

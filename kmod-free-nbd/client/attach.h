@@ -64,6 +64,14 @@ struct ploop_attach_info {
 int ploop_attach_mount(const char *disk_dir, const struct ploop_attach_opts *o,
                        struct ploop_attach_info *out);
 
+/* Mounts the filesystem of a disk attached without a mount point: WHAT names
+ * the attachment (as for umount), O->mount_point where to mount it, and
+ * O->fstype, mount_data, mount_flags and readonly as for ploop_attach_mount
+ * (the rest of O is ignored). ploop_attach_umount then undoes both steps.
+ * Lets a caller attach early and mount only when the device holds what it
+ * should (a migration applies its last round to the device in between). */
+int ploop_attach_mount_fs(const char *what, const struct ploop_attach_opts *o);
+
 /* Undoes an attach in reverse: unmounts the filesystem, detaches the loop
  * device, stops the daemon (SIGTERM, waits for it to close the image cleanly)
  * and removes its FUSE mount and state.  WHAT is the disk directory (its top

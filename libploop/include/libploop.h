@@ -419,6 +419,17 @@ struct ploop_receive_opts {
  * 39 bytes (not 37). */
 int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, struct ploop_stream_stats *st,
                   char *received_guid);
+/* ploop_receive_device applies one incremental stream in place to DEV, an
+ * open block device or file (O_DIRECT is fine) that reads as snapshot
+ * BASE_GUID's state of a disk of the stream's size, e.g. an attached disk
+ * whose top is empty above that snapshot: each cluster of the stream is
+ * written at its virtual offset (zero ranges as zeros), every checksum
+ * verified as with ploop_receive, then DEV is fsync'd. BASE_GUID NULL
+ * skips the check of the stream's base. Nothing is atomic here: after an
+ * error DEV holds part of the stream, and the caller throws it away (a
+ * migration's destination discards the whole copy). */
+int ploop_receive_device(int dev, const char *base_guid, const struct ploop_receive_opts *o, int fd,
+                         struct ploop_stream_stats *st, char *received_guid);
 
 #ifdef __cplusplus
 }
