@@ -520,6 +520,19 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
 
 /* ---- attach / umount -------------------------------------------------- */
 
+/* The pid ploop-nbd wrote in its pid file, or -1. */
+static pid_t read_pid_file(const char *path)
+{
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return -1;
+  int pid = -1;
+  if (fscanf(f, "%d", &pid) != 1)
+    pid = -1;
+  fclose(f);
+  return pid;
+}
+
 /* Undoes what INFO records, newest step first.  Keeps going after a failed
  * step so that as much as possible is released; returns the first error. */
 static int teardown(struct ploop_attach_info *i, const struct paths *p)
