@@ -37,7 +37,8 @@ migrate opt --no-criu >"$TMP/out" 2>&1 || fail "migrate failed: $(cat "$TMP/out"
 [[ ! -e $SRC/opt ]] || fail "the source kept opt"
 # the receiver ran in the destination's namespace: so does the container's host end
 [[ $(state_of "$DST" opt) == running ]] || fail "opt does not run at the destination"
-in_b ip addr | grep -q 'inet 192.168.213.1/24' || fail "the destination host has no 192.168.213.1"
+in_b ip addr | grep -q 'inet 192.168.213.1/24' ||
+  fail "the destination host has no 192.168.213.1: $(in_b ip -br addr) / root: $(ip -br addr | grep 192.168.213) / $(dst list)"
 in_force destination "$DST"
 dst stop opt --timeout 1 >/dev/null
 dst destroy opt

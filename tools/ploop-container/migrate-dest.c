@@ -313,6 +313,20 @@ static int on_commit(struct dst *d)
   for (char *c = criu_err; *c; c++)
     if (*c == '\n')
       *c = ' ';
+  /* A stopped container's temporary snapshots have empty children: merged
+   * before the answer, so that a `start` right after the migration finds
+   * its disk free. A running one's go in the background (the answer ends
+   * the downtime). */
+  bool merged = false;
+  if (!d->ra.argc) {
+    if (d->lock >= 0)
+      close(d->lock);
+    d->lock = -1;
+    if (mig_merge_back(d->name, &d->rec) < 0)
+      fprintf(stderr, "ploop-container: merge of the migration's snapshots in %s failed: %s\n", d->diskdir,
+              ct_error());
+    merged = true;
+  }
   if (!ans)
     ans = xasprintf("state=%s\nstart_ms=%.1f\nrestored=%d\n%s%s%s", d->ra.argc ? "running" : "stopped",
                     (double)(now_ns() - t0) / 1e6, restored, criu_err[0] ? "criu_error=" : "", criu_err,
@@ -323,7 +337,8 @@ static int on_commit(struct dst *d)
   if (d->lock >= 0)
     close(d->lock);
   d->lock = -1;
-  merge_in_background(d->name, d->diskdir, &d->rec);
+  if (!merged)
+    merge_in_background(d->name, d->diskdir, &d->rec);
   return 0;
 }
 
