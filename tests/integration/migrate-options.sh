@@ -25,7 +25,10 @@ in_force() {
   local bnd
   bnd=$($pc exec opt -- cat /proc/1/status | awk '/^CapBnd/ {print $2}')
   [[ $bnd == 0000000000000000 ]] || fail "$side: PID 1 keeps capabilities (CapBnd $bnd)"
-  $pc exec opt -- ip addr show eth0 | grep -q 'inet 192.168.213.2/24' || fail "$side: eth0 has no 192.168.213.2"
+  # (output taken whole first: grep -q ending a pipe early fails it under pipefail)
+  local addr
+  addr=$($pc exec opt -- ip addr show eth0)
+  grep -q 'inet 192.168.213.2/24' <<<"$addr" || fail "$side: eth0 has no 192.168.213.2: $addr"
   grep -qx 'cpus=0.500' "$root/opt/state" || fail "$side: the CPU limit is not in force: $(cat "$root/opt/state")"
   echo "ok: options in force at the $side"
 }
@@ -37,8 +40,8 @@ migrate opt --no-criu >"$TMP/out" 2>&1 || fail "migrate failed: $(cat "$TMP/out"
 [[ ! -e $SRC/opt ]] || fail "the source kept opt"
 # the receiver ran in the destination's namespace: so does the container's host end
 [[ $(state_of "$DST" opt) == running ]] || fail "opt does not run at the destination"
-in_b ip addr | grep -q 'inet 192.168.213.1/24' ||
-  fail "the destination host has no 192.168.213.1: $(in_b ip -br addr) / root: $(ip -br addr | grep 192.168.213) / $(dst list)"
+addr=$(in_b ip addr)
+grep -q 'inet 192.168.213.1/24' <<<"$addr" || fail "the destination host has no 192.168.213.1: $addr"
 in_force destination "$DST"
 dst stop opt --timeout 1 >/dev/null
 dst destroy opt
@@ -54,7 +57,8 @@ for kv in net=veth ip=192.168.214.2/24 host_ip=192.168.214.1/24 cpus=0.250 memor
   grep -qx "$kv" "$DST/cfg/config" || fail "the destination's config lacks $kv: $(cat "$DST/cfg/config")"
 done
 in_b "$PLOOP_CONTAINER" --root "$DST" start cfg -- /bin/sh -c 'while :; do sleep 1; done'
-dst exec cfg -- ip addr show eth0 | grep -q 'inet 192.168.214.2/24' || fail "cfg's next start has no veth address"
+addr=$(dst exec cfg -- ip addr show eth0)
+grep -q 'inet 192.168.214.2/24' <<<"$addr" || fail "cfg's next start has no veth address: $addr"
 grep -qx 'cpus=0.250' "$DST/cfg/state" || fail "cfg's next start lacks the CPU limit"
 dst stop cfg --timeout 1 >/dev/null
 dst destroy cfg
