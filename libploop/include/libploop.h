@@ -197,6 +197,9 @@ int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_pa
 /* Fences whoever holds the RBD disk DIR (librbd blocklists it: its next
  * write fails) and removes its locks; HOLDER gets its name ("" if none). */
 int ploop_rbd_lock_break(const char *dir, char *holder, size_t holder_len);
+/* Removes the RBD disk DIR whole (its images, descriptor and lock
+ * objects); refused while anyone holds it. */
+int ploop_rbd_disk_remove(const char *dir);
 
 /* ---- the disk: a stack of deltas ------------------------------------ */
 
