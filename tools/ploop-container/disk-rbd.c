@@ -45,6 +45,13 @@ int disk_rbd_check_name(const char *rbd)
   return 0;
 }
 
+int disk_rbd_set_name(const char *dir, const char *rbd)
+{
+  cleanup_free char *p = xasprintf("%s/" DISK_RBD_FILE, dir);
+  cleanup_free char *txt = xasprintf("%s\n", rbd);
+  return write_file_atomic(p, txt, strlen(txt), true);
+}
+
 int disk_rbd_create(const char *dir, const char *rbd, uint64_t bytes, bool *made)
 {
   *made = false;
@@ -81,9 +88,7 @@ int disk_rbd_create(const char *dir, const char *rbd, uint64_t bytes, bool *made
       return -1;
     }
   }
-  cleanup_free char *p = xasprintf("%s/" DISK_RBD_FILE, dir);
-  cleanup_free char *txt = xasprintf("%s\n", rbd);
-  if (write_file_atomic(p, txt, strlen(txt), true) < 0) {
+  if (disk_rbd_set_name(dir, rbd) < 0) {
     if (*made)
       ploop_rbd_disk_remove(rbd);
     *made = false;

@@ -57,6 +57,8 @@ int disk_rbd_check_name(const char *rbd);
 /* Records RBD as the disk of DIR, making it (BYTES, ext4) unless it
  * exists; *MADE says whether it was made here. */
 int disk_rbd_create(const char *dir, const char *rbd, uint64_t bytes, bool *made);
+/* Names RBD as the disk of DIR (without making it). */
+int disk_rbd_set_name(const char *dir, const char *rbd);
 /* Removes the rbd disk RBD whole (refused while anyone holds it). */
 int disk_rbd_remove(const char *rbd);
 /* disk_mount / disk_mount_snapshot of an rbd disk; a disk attached
