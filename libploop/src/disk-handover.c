@@ -66,7 +66,8 @@ int ploop_disk_acquire(struct ploop_disk *disk, unsigned acquire_flags)
   struct ploop_descriptor *old = disk->desc;
   uint64_t size = disk->size_bytes, cluster = disk->cluster_bytes;
   disk->desc = d;
-  unsigned flags = (disk->open_flags & ~(unsigned)PLOOP_OPEN_STANDBY) | (acquire_flags & PLOOP_OPEN_ALLOW_DIRTY);
+  unsigned flags =
+      (disk->open_flags & ~(unsigned)PLOOP_OPEN_STANDBY) | (acquire_flags & PLOOP_OPEN_ALLOW_DIRTY);
   if (disk_open_chain(disk, NULL, flags) < 0) {
     rc = -1;
   } else if (disk->size_bytes != size || disk->cluster_bytes != cluster) {

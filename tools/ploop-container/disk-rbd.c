@@ -18,7 +18,10 @@
 
 #define DISK_RBD_FILE "rbd"
 
-static int rbd_failed(const char *what) { return ct_fail(0, "%s: %s", what, ploop_get_error()); }
+static int rbd_failed(const char *what)
+{
+  return ct_fail(0, "%s: %s", what, ploop_get_error());
+}
 
 bool disk_rbd_name(const char *dir, char *name, size_t len)
 {
@@ -69,7 +72,9 @@ int disk_rbd_create(const char *dir, const char *rbd, uint64_t bytes, bool *made
     char type[32];
     int rc = 0;
     if (ploop_fs_probe(ai.device, type, sizeof type) < 0)
-      rc = ploop_get_status() == PLOOP_ERR_NOTFOUND && ploop_fs_make(ai.device, "ext4") == 0 ? 0 : rbd_failed(rbd);
+      rc = ploop_get_status() == PLOOP_ERR_NOTFOUND && ploop_fs_make(ai.device, "ext4") == 0
+               ? 0
+               : rbd_failed(rbd);
     if (ploop_attach_umount(rbd) < 0 && rc == 0)
       rc = rbd_failed("detach rbd disk");
     if (rc < 0)
@@ -107,8 +112,11 @@ int disk_rbd_mount(const char *dir, const char *snapshot, const char *mnt)
   char rbd[1024];
   if (!disk_rbd_name(dir, rbd, sizeof rbd))
     return ct_fail(0, "%s: no rbd disk named there", dir);
-  struct ploop_attach_opts o = {.readonly = snapshot != NULL, .snapshot_guid = snapshot,
-                                .mount_point = mnt, .fstype = "ext4", .mount_flags = MS_NODEV};
+  struct ploop_attach_opts o = {.readonly = snapshot != NULL,
+                                .snapshot_guid = snapshot,
+                                .mount_point = mnt,
+                                .fstype = "ext4",
+                                .mount_flags = MS_NODEV};
   /* Attached already without a mount (a migration's standby, acquired):
    * only the filesystem is left to mount. */
   struct ploop_attach_info ai;

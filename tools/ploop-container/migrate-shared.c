@@ -45,7 +45,10 @@ char *mig_shared_hello(const char *name, const char *diskdir)
   return xasprintf("shared_disk=%s\ndisk_created=%d\n", hex, strcmp(made, "1") == 0);
 }
 
-static double ms_since(uint64_t t) { return (double)(now_ns() - t) / 1e6; }
+static double ms_since(uint64_t t)
+{
+  return (double)(now_ns() - t) / 1e6;
+}
 
 static int ctl(const char *disk, const char *cmd)
 {
