@@ -245,6 +245,13 @@ static int shared_handover(struct src *s)
   uint64_t t = s->t_freeze;
   s->r->shared = true;
   if (s->r->online) {
+    /* most dirty data goes out before the freeze: the frozen syncfs is short */
+    int pre = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pre >= 0) {
+      syncfs(pre);
+      close(pre);
+    }
+    s->t_freeze = t = now_ns();
     if (cg_freeze(&s->cg, true) < 0)
       return ct_wrap("freeze %s", s->o->name);
     s->frozen = true;
