@@ -24,7 +24,26 @@ struct ploop_tls_creds {
 struct ploop_tls {
   gnutls_session_t s;
   char peer[256];
+  char read_err[200], write_err[200]; /* one per direction: each has its thread */
 };
+
+/* GnuTLS's words for R, with the alert's name when the peer sent one
+ * ("certificate required" says more than "a fatal alert"). */
+static void note_error(struct ploop_tls *t, char *buf, size_t len, ssize_t r, int sys_errno)
+{
+  if (r == GNUTLS_E_FATAL_ALERT_RECEIVED || r == GNUTLS_E_WARNING_ALERT_RECEIVED)
+    snprintf(buf, len, "the peer's alert: %s", gnutls_alert_get_name(gnutls_alert_get(t->s)));
+  else if ((r == GNUTLS_E_PULL_ERROR || r == GNUTLS_E_PUSH_ERROR) && sys_errno)
+    snprintf(buf, len, "%s", strerror(sys_errno)); /* the socket's own reason */
+  else
+    snprintf(buf, len, "%s", gnutls_strerror((int)r));
+}
+
+const char *ploop_tls_last_error(struct ploop_tls *t, bool reading)
+{
+  const char *e = reading ? t->read_err : t->write_err;
+  return e[0] ? e : NULL;
+}
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -285,17 +304,29 @@ static struct ploop_tls *session(struct ploop_tls_creds *cr, int rfd, int wfd, c
     r = gnutls_handshake(t->s);
   while (r == GNUTLS_E_INTERRUPTED || (r < 0 && r != GNUTLS_E_AGAIN && !gnutls_error_is_fatal(r)));
   if (r < 0) {
+    int e = errno;
+    /* Tell the peer why, best effort: it reports the alert instead of a
+     * connection that merely ended. */
+    if (r != GNUTLS_E_AGAIN && r != GNUTLS_E_PULL_ERROR && r != GNUTLS_E_PUSH_ERROR &&
+        r != GNUTLS_E_PREMATURE_TERMINATION)
+      gnutls_alert_send_appropriate(t->s, r);
     if (r == GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR) {
       unsigned status = gnutls_session_get_verify_cert_status(t->s);
       gnutls_datum_t out = {0};
       if (gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &out, 0) == 0) {
         seterr(err, errlen, "TLS handshake: %s", out.data);
         gnutls_free(out.data);
+        for (size_t n = strlen(err); n > 0 && err[n - 1] == ' ';)
+          err[--n] = 0; /* the status print ends each sentence with a space */
       } else {
         seterr(err, errlen, "TLS handshake: %s", gnutls_strerror(r));
       }
+    } else if (r == GNUTLS_E_AGAIN) {
+      seterr(err, errlen, "TLS handshake: timed out");
     } else {
-      seterr(err, errlen, "TLS handshake: %s", r == GNUTLS_E_AGAIN ? "timed out" : gnutls_strerror(r));
+      char why[200];
+      note_error(t, why, sizeof why, r, e);
+      seterr(err, errlen, "TLS handshake: %s", why);
     }
     ploop_tls_free(t);
     return NULL;
@@ -348,6 +379,11 @@ ssize_t ploop_tls_read(struct ploop_tls *t, void *buf, size_t len)
     if (r != GNUTLS_E_INTERRUPTED && r != GNUTLS_E_AGAIN && !gnutls_error_is_fatal((int)r))
       continue;
     errno = gnutls_errno(r);
+    if (r != GNUTLS_E_INTERRUPTED && r != GNUTLS_E_AGAIN) {
+      int e = errno;
+      note_error(t, t->read_err, sizeof t->read_err, r, e);
+      errno = e;
+    }
     return -1;
   }
 }
@@ -362,6 +398,11 @@ static int send_all(struct ploop_tls *t, const uint8_t *p, size_t len)
     }
     if (r < 0) {
       errno = gnutls_errno(r);
+      if (r != GNUTLS_E_AGAIN) {
+        int e = errno;
+        note_error(t, t->write_err, sizeof t->write_err, r, e);
+        errno = e;
+      }
       return -1;
     }
     p += r;

@@ -47,6 +47,9 @@ ssize_t ploop_tls_read(struct ploop_tls *t, void *buf, size_t len);
  * into full records, large ones go out without a copy. */
 int ploop_tls_writev(struct ploop_tls *t, const struct iovec *iov, int iovcnt);
 int ploop_tls_write(struct ploop_tls *t, const void *buf, size_t len);
+/* GnuTLS's description of the last failed read (READING) or write, with
+ * the peer's alert when it sent one; NULL when there was none. */
+const char *ploop_tls_last_error(struct ploop_tls *t, bool reading);
 /* Bytes already decrypted and waiting: poll() on the fd would not see them. */
 size_t ploop_tls_pending(struct ploop_tls *t);
 /* Says "no more data" (close_notify); the fd stays open. */
@@ -61,6 +64,10 @@ void ploop_tls_free(struct ploop_tls *t);
 struct ploop_tls_relay;
 struct ploop_tls_relay *ploop_tls_relay_start(struct ploop_tls *t, int net_fd, int *plain, char *err,
                                               size_t errlen);
+/* Why the session broke ("Connection timed out" of a cut link, the peer's
+ * alert...), NULL while it is whole or ended cleanly: the caller's end only
+ * sees EOF or EPIPE and may ask. */
+const char *ploop_tls_relay_error(struct ploop_tls_relay *r);
 /* Waits for both directions to end (the peer's close: at most WAIT_SEC
  * seconds after ours), frees the session and the relay; the caller closes
  * NET_FD.  0, or -1 when the session broke (message in ERR). */

@@ -21,6 +21,7 @@ struct ploop_tls_relay {
   pthread_t up, down;
   atomic_bool up_done, down_done;
   int up_err, down_err; /* errno of a broken direction, 0 */
+  char up_msg[256], down_msg[256]; /* ploop_tls_relay_error's words */
 };
 
 #define RELAY_BUF (64u << 10)
@@ -48,6 +49,7 @@ static void *relay_up(void *arg)
     }
     if (ploop_tls_write(r->tls, buf, (size_t)n) < 0) {
       r->up_err = errno;
+      atomic_store(&r->up_done, true); /* before the caller can see it: it may ask why */
       shutdown(r->plain, SHUT_RD); /* the caller's writes fail instead of hanging */
       break;
     }
@@ -66,7 +68,10 @@ static void *relay_down(void *arg)
     r->down_err = ENOMEM;
   while (buf) {
     ssize_t n = ploop_tls_read(r->tls, buf, RELAY_BUF);
-    if (n < 0 && errno == EINTR)
+    /* EAGAIN: an SO_RCVTIMEO on the network fd ran out.  An idle link is
+     * not a broken one (a migration idles during a CRIU dump): the caller's
+     * own timeouts on its end decide, and keepalive finds a dead peer. */
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
       continue;
     if (n <= 0) {
       if (n < 0)
@@ -86,10 +91,12 @@ static void *relay_down(void *arg)
     if (n < 0)
       break;
   }
-  /* A broken session must not look like a clean end to the caller. */
-  shutdown(r->plain, r->down_err ? SHUT_RDWR : SHUT_WR);
   free(buf);
+  /* Done (and the errno) before the caller can see the end, so that it can
+   * ask ploop_tls_relay_errno why; a broken session must not look like a
+   * clean end to the caller. */
   atomic_store(&r->down_done, true);
+  shutdown(r->plain, r->down_err ? SHUT_RDWR : SHUT_WR);
   return NULL;
 }
 
@@ -125,6 +132,23 @@ fail:
   close(sp[0]);
   close(sp[1]);
   free(r);
+  return NULL;
+}
+
+static const char *describe(struct ploop_tls_relay *r, bool down, char *buf, size_t len)
+{
+  const char *e = ploop_tls_last_error(r->tls, down);
+  snprintf(buf, len, "TLS: %s", e ? e : strerror(down ? r->down_err : r->up_err));
+  return buf;
+}
+
+const char *ploop_tls_relay_error(struct ploop_tls_relay *r)
+{
+  /* Each direction's errno and message are written before its done flag. */
+  if (atomic_load(&r->down_done) && r->down_err)
+    return describe(r, true, r->down_msg, sizeof r->down_msg);
+  if (atomic_load(&r->up_done) && r->up_err)
+    return describe(r, false, r->up_msg, sizeof r->up_msg);
   return NULL;
 }
 

@@ -22,6 +22,23 @@ static unsigned reg_count;
 /* How long a client may sit in the handshake without sending anything. */
 #define HANDSHAKE_TIMEOUT_SEC 30
 
+/* The end of a TLS connection, whoever ends it (the client's DISC, ABORT or
+ * EOF, an error, --idle-timeout, shutdown): our close_notify, so that the
+ * client sees a clean end and not a truncation, then its own close read
+ * away for a moment, so that our close does not reset the connection under
+ * its close_notify.  A client that is gone or stuck costs at most ~2 s of
+ * this connection's thread. */
+#define TLS_CLOSE_WAIT_SEC 1
+static void tls_close(struct conn *c) {
+  struct timeval tv = {.tv_sec = TLS_CLOSE_WAIT_SEC};
+  setsockopt(c->wfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (ploop_tls_bye(c->tls) < 0) return;
+  shutdown(c->wfd, SHUT_WR);
+  setsockopt(c->rfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[4096];
+  for (int i = 0; i < 64 && ploop_tls_read(c->tls, buf, sizeof buf) > 0; i++) {}
+}
+
 ssize_t conn_read_some(struct conn *c, void *buf, size_t len) {
   return c->tls ? ploop_tls_read(c->tls, buf, len) : read(c->rfd, buf, len);
 }
@@ -131,6 +148,7 @@ void conn_serve(int rfd, int wfd) {
   pthread_cond_broadcast(&reg_cond);
   pthread_mutex_unlock(&reg_lock);
 
+  if (c->tls) tls_close(c);
   ploop_tls_free(c->tls);
   close(rfd);
   if (wfd != rfd) close(wfd);

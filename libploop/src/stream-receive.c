@@ -187,8 +187,13 @@ static struct ploop_delta *new_delta(struct receiver *r, const char *path, bool 
 
 static int open_layer(struct receiver *r, const char *guid, const char *parent, uint64_t frame)
 {
+  /* A layer stacks on the one before it, or (a branch of a full stream's
+   * tree) on any layer before it; the first on the stream's base. */
   const char *want = r->n_layers ? r->layers[r->n_layers - 1].guid : r->h.base_guid;
-  if (strcmp(parent, want))
+  bool known = !strcmp(parent, want);
+  for (unsigned i = 0; !known && r->full && i + 1 < r->n_layers; i++)
+    known = !strcmp(parent, r->layers[i].guid);
+  if (!known)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL,
                        "stream: frame %llu: snapshot %s has parent %s, expected %s",
                        (unsigned long long)frame, guid, parent, want);

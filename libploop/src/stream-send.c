@@ -99,6 +99,101 @@ static void delta_guid(const struct ploop_disk *disk, const size_t *idx, int n, 
   snprintf(out, PLOOP_UUID_LEN + 1, "%s", disk->desc->images[idx[n - 1 - (int)i]].guid);
 }
 
+/* One layer: its SNAPSHOT frame, the clusters delta I of DISK holds, the
+ * zero ranges and the round's mark. */
+static int send_layer(struct sender *s, struct ploop_disk *disk, unsigned i, const char *g, const char *parent,
+                      uint64_t clusters)
+{
+  struct ploop_stream_snapshot shot;
+  stream_guid_to_wire(g, shot.guid);
+  stream_guid_to_wire(parent, shot.parent);
+  struct stream_frame f = {.type = PLOOP_FRAME_SNAPSHOT, .payload_bytes = sizeof shot};
+  f.payload_hash = stream_hash(&shot, sizeof shot);
+  s->skip_zeros = i + 1 == disk->n;
+  if (send_frame(s, &f, &shot) < 0 || copy_read_held(disk, i, i + 1, send_cluster, s) < 0 ||
+      end_layer(s, clusters) < 0)
+    return -1;
+  return 0;
+}
+
+/* The snapshots off the chain sent (left by snapshot-switch): each branch
+ * is opened at its newest snapshot; its deltas that are not on the chain
+ * and not sent yet become layers, parents first. */
+struct branches {
+  struct ploop_disk *disk[PLOOP_MAX_DELTAS];
+  unsigned n;
+  char sent[PLOOP_MAX_DELTAS][PLOOP_UUID_LEN + 1]; /* GUIDs on the chain or sent */
+  unsigned n_sent;
+  uint64_t clusters; /* what the branches' layers hold */
+};
+
+static bool is_sent(const struct branches *b, const char *g)
+{
+  for (unsigned i = 0; i < b->n_sent; i++)
+    if (!strcmp(b->sent[i], g))
+      return true;
+  return false;
+}
+
+/* Whether image G descends from STATE (the state sent, or the top). */
+static bool descends(const struct ploop_descriptor *d, const char *g, const char *state)
+{
+  size_t idx[PLOOP_MAX_DELTAS];
+  int n = ploop_descriptor_chain(d, g, idx, PLOOP_MAX_DELTAS);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(d->images[idx[i]].guid, state))
+      return true;
+  return false;
+}
+
+static int plan_branches(struct branches *b, struct ploop_disk *disk, const size_t *idx, int n, const char *state)
+{
+  const struct ploop_descriptor *d = disk->desc;
+  for (int i = 0; i < n; i++)
+    snprintf(b->sent[b->n_sent++], PLOOP_UUID_LEN + 1, "%s", d->images[idx[i]].guid);
+  for (size_t i = 0; i < d->n_images; i++) {
+    const char *g = d->images[i].guid;
+    bool leaf = true;
+    for (size_t j = 0; j < d->n_snapshots && leaf; j++)
+      leaf = strcmp(d->snapshots[j].parent, g) != 0;
+    if (!leaf || is_sent(b, g) || descends(d, g, state))
+      continue;
+    struct ploop_disk *bd = ploop_disk_open(disk->dir, g, PLOOP_OPEN_RDONLY);
+    if (!bd)
+      return -1;
+    b->disk[b->n++] = bd;
+    size_t bidx[PLOOP_MAX_DELTAS];
+    int bn = ploop_descriptor_chain(bd->desc, g, bidx, PLOOP_MAX_DELTAS);
+    for (int j = 0; j < bn; j++)
+      if (!is_sent(b, bd->desc->images[bidx[bn - 1 - j]].guid))
+        b->clusters += copy_count_held(bd, (unsigned)j, (unsigned)j + 1);
+  }
+  return 0;
+}
+
+static int send_branches(struct sender *s, struct branches *b)
+{
+  uint64_t clusters = div_round_up(s->disk->size_bytes, s->disk->cluster_bytes);
+  for (unsigned k = 0; k < b->n; k++) {
+    struct ploop_disk *bd = b->disk[k];
+    size_t idx[PLOOP_MAX_DELTAS];
+    int n = ploop_descriptor_chain(bd->desc, bd->snapshot_guid, idx, PLOOP_MAX_DELTAS);
+    if (n < 0 || (unsigned)n != bd->n)
+      return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: descriptor changed while opening", bd->dir);
+    for (int i = n - 1; i >= 0; i--) {
+      char g[PLOOP_UUID_LEN + 1], parent[PLOOP_UUID_LEN + 1];
+      delta_guid(bd, idx, n, (unsigned)i, g);
+      if (is_sent(b, g))
+        continue;
+      delta_guid(bd, idx, n, (unsigned)i + 1, parent); /* never the base: that is on the chain */
+      if (send_layer(s, bd, (unsigned)i, g, parent, clusters) < 0)
+        return -1;
+      snprintf(b->sent[b->n_sent++], PLOOP_UUID_LEN + 1, "%s", g);
+    }
+  }
+  return 0;
+}
+
 static double now(void)
 {
   struct timespec ts;
@@ -124,6 +219,7 @@ int ploop_send(const char *dir_or_xml, const struct ploop_send_opts *o, int fd, 
   struct sender s = {
       .disk = disk, .out = {.fd = fd}, .compress = o->compress, .progress = o->progress, .opaque = o->opaque};
   int rc = -1;
+  struct branches br = {.n = 0}; /* before any goto out: closed there */
   size_t idx[PLOOP_MAX_DELTAS];
   int n = ploop_descriptor_chain(disk->desc, disk->snapshot_guid, idx, PLOOP_MAX_DELTAS);
   if (n < 0 || (unsigned)n != disk->n) {
@@ -163,10 +259,14 @@ int ploop_send(const char *dir_or_xml, const struct ploop_send_opts *o, int fd, 
   s.h.cluster_bytes = (uint32_t)disk->cluster_bytes;
   s.h.flags |= (o->snapshots ? PLOOP_STREAM_SNAPSHOTS : 0) | (o->compress ? PLOOP_STREAM_COMPRESSED : 0);
   uint64_t clusters = div_round_up(disk->size_bytes, disk->cluster_bytes);
-  if (o->snapshots)
+  if (o->snapshots) {
     for (unsigned i = 0; i < upper; i++)
       s.total += copy_count_held(disk, i, i + 1);
-  else
+    /* A full send carries the whole tree: the branches too. */
+    if (!o->since && plan_branches(&br, disk, idx, n, disk->snapshot_guid ? disk->snapshot_guid : PLOOP_TOP_GUID) < 0)
+      goto out;
+    s.total += br.clusters;
+  } else
     s.total = copy_count_held(disk, 0, upper);
   s.h.data_clusters = s.total;
   s.zcap = compressBound(disk->cluster_bytes);
@@ -190,8 +290,11 @@ int ploop_send(const char *dir_or_xml, const struct ploop_send_opts *o, int fd, 
     if (copy_read_held(disk, 0, upper, send_cluster, &s) < 0 || end_layer(&s, clusters) < 0)
       goto out;
   } else {
-    /* A layer per delta, from the lowest sent up, each opened by its GUIDs. */
+    /* A layer per delta, from the lowest sent up, each opened by its GUIDs;
+     * the branches' layers go before the state sent, which comes last. */
     for (int i = (int)upper - 1; i >= 0; i--) {
+      if (i == 0 && send_branches(&s, &br) < 0)
+        goto out;
       char g[PLOOP_UUID_LEN + 1], parent[PLOOP_UUID_LEN + 1];
       if (i == 0)
         snprintf(g, sizeof g, "%s", s.h.guid);
@@ -201,15 +304,7 @@ int ploop_send(const char *dir_or_xml, const struct ploop_send_opts *o, int fd, 
         delta_guid(disk, idx, n, (unsigned)i + 1, parent);
       else
         snprintf(parent, sizeof parent, "%s", PLOOP_NULL_GUID);
-      struct ploop_stream_snapshot shot;
-      stream_guid_to_wire(g, shot.guid);
-      stream_guid_to_wire(parent, shot.parent);
-      struct stream_frame f = {.type = PLOOP_FRAME_SNAPSHOT, .payload_bytes = sizeof shot};
-      f.payload_hash = stream_hash(&shot, sizeof shot);
-      s.skip_zeros = (unsigned)i + 1 == disk->n;
-      if (send_frame(&s, &f, &shot) < 0 ||
-          copy_read_held(disk, (unsigned)i, (unsigned)i + 1, send_cluster, &s) < 0 ||
-          end_layer(&s, clusters) < 0)
+      if (send_layer(&s, disk, (unsigned)i, g, parent, clusters) < 0)
         goto out;
     }
   }
@@ -230,6 +325,8 @@ out:
   free(s.zbuf);
   free(s.zeros);
   XXH3_freeState(s.round);
+  for (unsigned k = 0; k < br.n; k++)
+    ploop_disk_close(br.disk[k]);
   ploop_disk_close(disk);
   return rc;
 }

@@ -73,7 +73,7 @@ except ValueError:
 # ---- images -----------------------------------------------------------
 # full: every cluster allocated with data; thin: freshly created, empty.
 mkdir -p "$W/full"
-"$PLOOP" init -s "$SIZE" "$W/full/root.hds" >/dev/null
+"$PLOOP" init -t none -s "$SIZE" "$W/full/root.hds" >/dev/null
 head -c "$(numfmt --from=iec "$SIZE")" /dev/urandom >"$W/full.raw"
 "$PLOOP_NBD" -U "$SOCK" "$W/full" &
 SPID=$!
@@ -84,7 +84,7 @@ sync
 make_thin() {
   rm -rf "$W/thin" "$W/thin.raw"
   mkdir -p "$W/thin"
-  "$PLOOP" init -s "$SIZE" "$W/thin/root.hds" >/dev/null
+  "$PLOOP" init -t none -s "$SIZE" "$W/thin/root.hds" >/dev/null
   truncate -s "$SIZE" "$W/thin.raw"
 }
 # qemu-nbd works on its own copy so the two servers never share a file.

@@ -25,9 +25,9 @@ PY
 
 # delta: empty v2 and v1, one with data, one whose BAT spans 4 clusters.
 mkdir -p "$tmp"/{e2,e1,big,data}
-"$ploop" init -s 1M -b 64 "$tmp/e2/root.hds" >/dev/null
-"$ploop" init -s 1M -b 64 -v 1 "$tmp/e1/root.hds" >/dev/null
-"$ploop" init -s 1G -b 64 "$tmp/big/root.hds" >/dev/null
+"$ploop" init -t none -s 1M -b 64 "$tmp/e2/root.hds" >/dev/null
+"$ploop" init -t none -s 1M -b 64 -v 1 "$tmp/e1/root.hds" >/dev/null
+"$ploop" init -t none -s 1G -b 64 "$tmp/big/root.hds" >/dev/null
 
 "$ploop" import -b 64 "$tmp/src.raw" "$tmp/data" >/dev/null
 cp "$tmp/e2/root.hds" "$out/delta/empty-v2"

@@ -55,3 +55,38 @@ migrate web --auth "$TMP/tok" >"$TMP/out" 2>&1 || fail "migrate with the right t
 [[ ! -e $SRC/web ]] || fail "the source kept web"
 [[ $(state_of "$DST" web) == stopped ]] || fail "web is not on the destination"
 echo "auth: ok"
+
+# --resolve of a migration made with --auth: the query and the answer carry
+# proofs, so neither a listener with another token nor a querier without
+# the right one settles anything.
+dst destroy web
+start_writer web 64M  # running: the destination's start outlasts the cut
+RECV_ARGS="--auth $TMP/tok"
+start_receiver
+rc=0
+PLOOP_MIGRATE_HOOK_PHASE=commit PLOOP_MIGRATE_HOOK="ip link set $VETH_A down" migrate web --auth "$TMP/tok" --no-criu \
+  >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 6 ]] || fail "in doubt: exit $rc, not 6: $(cat "$TMP/err")"
+[[ $(wait_receiver) -eq 0 ]] || fail "the destination did not commit: $(cat "$TMP/recv.err")"
+grep -q '^auth=1$' "$SRC/web/migration" || fail "the record does not say --auth: $(cat "$SRC/web/migration")"
+ip -n "$NS_A" link set "$VETH_A" up
+resolve() { in_a "$PLOOP_CONTAINER" --root "$SRC" migrate --resolve web --timeout 3 "$@"; }
+err=$(expect_fail resolve)
+[[ $err == *"give --auth"* ]] || fail "resolve without --auth: $err"
+RECV_ARGS=""
+start_receiver  # answers "committed" without a proof
+err=$(expect_fail resolve --auth "$TMP/tok")
+[[ $err == *"destination failed authentication"* ]] || fail "an unproven answer was taken: $err"
+[[ -e $SRC/web/migration && -e $SRC/web ]] || fail "a failed resolve changed the source"
+kill -9 "$RECV_PID"
+RECV_ARGS="--auth $TMP/tok"
+start_receiver
+err=$(expect_fail resolve --auth "$TMP/other")
+[[ $err == *authentication* ]] || fail "a querier with another token got an answer: $err"
+[[ -e $SRC/web/migration ]] || fail "a refused query changed the source"
+resolve --auth "$TMP/tok" | grep -q committed || fail "resolve with the token did not commit"
+kill -9 "$RECV_PID"
+[[ ! -e $SRC/web ]] || fail "the source kept web after resolving"
+[[ $(state_of "$DST" web) == running ]] || fail "the destination does not run web"
+dst stop web --timeout 1 >/dev/null
+echo "resolve with auth: ok"

@@ -133,7 +133,7 @@ att_umount "$D"
 expect_fail att_umount "$D" >/dev/null
 expect_fail att_mount "$TMP/nonexistent" "$MP" >/dev/null
 mkdir -p "$TMP/blank"
-"$PLOOP" init -s 64M "$TMP/blank/root.hds" >/dev/null
+"$PLOOP" init -t none -s 64M "$TMP/blank/root.hds" >/dev/null
 expect_fail att_mount "$TMP/blank" "$MP" | grep -qi "no filesystem" || fail "no 'no filesystem' message"
 no_leaks "$TMP/blank"
 echo "mount-lifecycle: ok"

@@ -12,8 +12,8 @@ requires python3
 [[ -x $PLOOP && -x $PLOOP_NBD ]] || skip "ploop / ploop-nbd not built"
 
 mkdir -p "$TMP/disk" "$TMP/other"
-$PLOOP init -s 256M "$TMP/disk/root.hds" >/dev/null
-$PLOOP init -s 64M "$TMP/other/root.hds" >/dev/null
+$PLOOP init -t none -s 256M "$TMP/disk/root.hds" >/dev/null
+$PLOOP init -t none -s 64M "$TMP/other/root.hds" >/dev/null
 # Source: 8 MiB of data, a 100 MiB hole, 3 MiB of data, a hole to the end.
 head -c 8M /dev/urandom >"$TMP/src.raw"
 truncate -s 256M "$TMP/src.raw"

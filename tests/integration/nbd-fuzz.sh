@@ -10,7 +10,7 @@ requires nbdcopy
 [[ -x $PLOOP && -x $PLOOP_NBD ]] || skip "ploop / ploop-nbd not built"
 
 mkdir -p "$TMP/disk"
-$PLOOP init -s 64M "$TMP/disk/root.hds" >/dev/null
+$PLOOP init -t none -s 64M "$TMP/disk/root.hds" >/dev/null
 head -c 8M /dev/urandom >"$TMP/seed.raw"
 truncate -s 64M "$TMP/seed.raw"
 export PLOOP_RUN_DIR=$TMP/run

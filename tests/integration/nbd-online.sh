@@ -13,7 +13,7 @@ requires python3
 
 export PLOOP_RUN_DIR=$TMP/run
 mkdir -p "$TMP/disk"
-$PLOOP init -s 128M "$TMP/disk/root.hds" >/dev/null
+$PLOOP init -t none -s 128M "$TMP/disk/root.hds" >/dev/null
 SOCK=$TMP/nbd.sock
 $PLOOP_NBD -U "$SOCK" "$TMP/disk" 2>"$TMP/server.log" &
 SPID=$!
@@ -143,7 +143,7 @@ cmp "$TMP/snap.raw" "$TMP/snap2.raw" || fail "--snapshot server serves other dat
 kill $SNPID
 wait $SNPID || fail "--snapshot server exit status"
 mkdir -p "$TMP/other"
-$PLOOP init -s 16M "$TMP/other/root.hds" >/dev/null
+$PLOOP init -t none -s 16M "$TMP/other/root.hds" >/dev/null
 expect_fail $PLOOP_NBD --snapshot "$UUID" -U "$TMP/x.sock" "$TMP/disk" "$TMP/other" >/dev/null
 
 # ---- INFO, merge refused while the snapshot is exported ----------------

@@ -13,7 +13,7 @@ MIB=1048576
 PORT=21101 # this branch's range (HELPERS.md)
 
 mkdir -p "$TMP/disk"
-$PLOOP init -s 256M "$TMP/disk/root.hds" >/dev/null
+$PLOOP init -t none -s 256M "$TMP/disk/root.hds" >/dev/null
 head -c 96M /dev/urandom >"$TMP/seed.raw"
 truncate -s 256M "$TMP/seed.raw"
 export PLOOP_RUN_DIR=$TMP/run

@@ -4,7 +4,8 @@
 # qemu-img (tls-creds-psk / tls-creds-x509 objects), pre-shared keys and
 # X.509 certificates made here with psktool/certtool, --tls-verify-peer with
 # and without a client certificate, a wrong key, plaintext clients under
-# --tls=require, --idle-timeout over TLS, and the warning for a plaintext
+# --tls=require, --idle-timeout over TLS, a clean TLS close (close_notify)
+# at the client's disconnect, and the warning for a plaintext
 # export on a non-loopback address.  Data is compared byte for byte.
 . "$(dirname "$0")/functions.sh"
 requires nbdinfo
@@ -17,7 +18,7 @@ requires python3
 
 PORT=21100
 mkdir -p "$TMP/disk" "$TMP/srv" "$TMP/cli" "$TMP/nocert" "$TMP/psk" "$TMP/badpsk" "$TMP/other"
-$PLOOP init -s 64M "$TMP/disk/root.hds" >/dev/null
+$PLOOP init -t none -s 64M "$TMP/disk/root.hds" >/dev/null
 head -c 6M /dev/urandom >"$TMP/src.raw"
 truncate -s 64M "$TMP/src.raw"
 dd if=/dev/urandom of="$TMP/src.raw" bs=1M count=2 seek=40 conv=notrunc status=none
@@ -101,6 +102,13 @@ nbdcopy "$U" "$TMP/back.raw"
 [[ $(sum "$TMP/back.raw") == $(sum "$TMP/src.raw") ]] || fail "nbdcopy round trip over TLS-PSK differs"
 nbdcopy -C 4 -R 16 "$U" "$TMP/back4.raw"
 cmp "$TMP/src.raw" "$TMP/back4.raw" || fail "nbdcopy with 4 TLS connections differs"
+# A clean disconnect ends with the server's close_notify: libnbd (whose own
+# debug output names a truncated session) sees no unclean TLS close.
+for client in "nbdinfo --size $U" "nbdcopy -v -C 2 $U $TMP/back2.raw"; do
+  LIBNBD_DEBUG=1 $client >/dev/null 2>"$TMP/libnbd.debug" || fail "$client: $(tail -3 "$TMP/libnbd.debug")"
+  grep -q "nbd_shutdown" "$TMP/libnbd.debug" || fail "$client: no libnbd debug output"
+  if grep -i "non-properly terminated" "$TMP/libnbd.debug"; then fail "$client: unclean TLS close"; fi
+done
 QPSK=(--object "tls-creds-psk,id=tls0,endpoint=client,dir=$TMP/psk,username=alice")
 qemu-img compare "${QPSK[@]}" --image-opts \
   "driver=nbd,host=127.0.0.1,port=$PORT,export=disk,tls-creds=tls0" \

@@ -39,7 +39,7 @@ for spec in "1G" "2T" "1G -b 64" "1G -v 1"; do
   d=$TMP/init-${spec// /}
   mkdir -p "$d"
   # shellcheck disable=SC2086
-  $PLOOP init -s $spec "$d/root.hds" >/dev/null
+  $PLOOP init -t none -s $spec "$d/root.hds" >/dev/null
   ovz_ok "init -s $spec" "$d/root.hds"
 done
 # A 2 TiB disk's BAT (8 MiB) is allocated, not written: cluster 0 is the
@@ -84,7 +84,7 @@ ovz_ok "snapshot-merge -A" $(deltas "$D")
 # get slots; snapshot the grown disk; shrink back (dropped clusters go)
 E=$TMP/small
 mkdir -p "$E"
-$PLOOP init -s 100M -b 64 "$E/root.hds" >/dev/null
+$PLOOP init -t none -s 100M -b 64 "$E/root.hds" >/dev/null
 $TOOL mkraw "$TMP/e.raw" $((100 << 20)) 12
 $PLOOP import "$TMP/e.raw" "$E" >/dev/null
 $PLOOP resize -s 1G "$E"

@@ -100,7 +100,7 @@ done
 echo "ok: import ($n interrupts)"
 
 # --- import into an existing disk: consistent, either state's clusters
-mkdir exist && $PLOOP init -s 40M exist/root.hds >/dev/null
+mkdir exist && $PLOOP init -t none -s 40M exist/root.hds >/dev/null
 for t in $(moments "$dur" | head -2); do
   interrupt INT "$t" $PLOOP import src.raw exist
   expect_interrupted "import into a disk at ${t}s" INT
@@ -214,7 +214,7 @@ if [[ $(id -u) -eq 0 ]] && command -v mkfs.ext4 >/dev/null; then
   mkdir -p small
   if mount -o loop fs.img small 2>/dev/null; then
     cleanup "umount '$TMP/small' 2>/dev/null || true"
-    mkdir small/d && $PLOOP init -s 40M small/d/root.hds >/dev/null
+    mkdir small/d && $PLOOP init -t none -s 40M small/d/root.hds >/dev/null
     rc=0
     $PLOOP import src.raw small/d >/dev/null 2>"$TMP/nospc.err" || rc=$?
     [[ $rc -eq 7 ]] || fail "import onto a full filesystem exited $rc, expected 7: $(cat "$TMP/nospc.err")"

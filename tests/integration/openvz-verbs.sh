@@ -18,7 +18,7 @@ code_is() { # WANT CMD...: exits WANT with one line on stderr
   [[ $rc -eq $want ]] || fail "'$*' exited $rc, expected $want"
 }
 
-mkdir d && $PLOOP init -s 16M d/root.hds >/dev/null
+mkdir d && $PLOOP init -t none -s 16M d/root.hds >/dev/null
 head -c 3M /dev/urandom >p.raw
 $PLOOP import p.raw d >/dev/null
 
@@ -71,11 +71,11 @@ echo "ok: import -"
 code_is 43 $PLOOP snapshot-list -u '{11111111-2222-3333-4444-555555555555}' d
 code_is 38 $PLOOP resize -s 18446744073709551104 d
 expect_fail $PLOOP resize -s 18446744073709551104 d | grep -q 'bad size' || fail "resize: no 'bad size'"
-code_is 38 $PLOOP init -s 16M -n e/root.hds
+code_is 38 $PLOOP init -t none -s 16M -n e/root.hds
 $PLOOP --help | grep -q '^  6    read error' || fail "--help lacks exit 6"
 
 # --- info of a raw image
-mkdir r && $PLOOP init -s 4M r/root.hds >/dev/null && $PLOOP convert -f raw r >/dev/null
+mkdir r && $PLOOP init -t none -s 4M r/root.hds >/dev/null && $PLOOP convert -f raw r >/dev/null
 $PLOOP info r | grep -q '^format: *raw$' || fail "info of a raw disk: $($PLOOP info r)"
 ! $PLOOP info r | grep -q 'format version' || fail "info of a raw disk prints a format version"
 echo "ok: exit numbers, info"
@@ -120,6 +120,15 @@ two" ]] || fail "online delete changed the mounted data"
   else
     echo "note: init -t ext4 not possible here: $(cat "$TMP/init.err")"
   fi
+fi
+# --- init without -t makes ext4, as OpenVZ's ploop does; -n alone implies it
+if [[ $(id -u) -eq 0 ]] && command -v mkfs.ext4 >/dev/null; then
+  mkdir g && $PLOOP init -s 32M -n g/root.hds >/dev/null || fail "init without -t"
+  rm -f g.raw && $PLOOP export -o g.raw g >/dev/null
+  [[ $(blkid -p -o value -s TYPE g.raw) == ext4 ]] || fail "init without -t made '$(blkid -p g.raw)'"
+  code_is 38 $PLOOP init -s 32M -t none -B 4096 h/root.hds
+  [[ ! -e h ]] || fail "a refused init left h behind"
+  echo "ok: init defaults to ext4"
 fi
 # --- a read-only mount of a snapshot of a mounted XFS (same UUID: nouuid)
 if [[ $(id -u) -eq 0 ]] && command -v mkfs.xfs >/dev/null; then

@@ -17,15 +17,15 @@ TOP_GUID='{5fbaabe3-6958-40ff-92a7-860e329aab41}'
 # ---- templates: a disk with one snapshot (base + top), and a raw one -----
 T=$TMP/tpl
 mkdir -p "$T/ploop" "$T/raw" "$TMP/outside/dir"
-$PLOOP init -s 64M "$T/ploop/root.hds" >/dev/null
+$PLOOP init -t none -s 64M "$T/ploop/root.hds" >/dev/null
 head -c 4M /dev/urandom >"$TMP/data.raw"
 truncate -s 64M "$TMP/data.raw"
 $PLOOP import "$TMP/data.raw" "$T/ploop" >/dev/null
 SNAP=$($PLOOP snapshot "$T/ploop")
 mkdir -p "$T/one"
-$PLOOP init -s 64M "$T/one/root.hds" >/dev/null
+$PLOOP init -t none -s 64M "$T/one/root.hds" >/dev/null
 $PLOOP import "$TMP/data.raw" "$T/one" >/dev/null
-$PLOOP init -s 64M "$T/raw/root.hds" >/dev/null
+$PLOOP init -t none -s 64M "$T/raw/root.hds" >/dev/null
 $PLOOP import "$TMP/data.raw" "$T/raw" >/dev/null
 $PLOOP convert -f raw "$T/raw" >/dev/null
 # file_of DIR GUID: the File a descriptor gives an image.

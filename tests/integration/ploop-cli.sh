@@ -63,9 +63,9 @@ exit_code 4 $PLOOP info "$TMP/nonexistent"
 
 # --- init + info
 mkdir "$TMP/d"
-$PLOOP init -s 100M "$TMP/d/root.hds"
+$PLOOP init -t none -s 100M "$TMP/d/root.hds"
 [[ -f $TMP/d/root.hds && -f $TMP/d/DiskDescriptor.xml ]] || fail "init made no files"
-expect_fail $PLOOP init -s 100M "$TMP/d/root.hds" >/dev/null # exists
+expect_fail $PLOOP init -t none -s 100M "$TMP/d/root.hds" >/dev/null # exists
 qemu-img info -f parallels --output=json "$TMP/d/root.hds" >"$TMP/qi.json"
 python3 - "$TMP/qi.json" <<'EOF' || fail "qemu-img info disagrees"
 import json, sys
@@ -89,7 +89,7 @@ $PLOOP info --json "$TMP/d/DiskDescriptor.xml" | grep -q '"type": "disk"' || fai
 $PLOOP info --json "$TMP/d/root.hds" | grep -q '"type": "delta"' || fail "info on delta"
 
 # A v1 disk with 64 KiB clusters (128 sectors): qemu-img sees the same geometry.
-$PLOOP init -s 10M -v 1 -b 128 "$TMP/v1.hds"
+$PLOOP init -t none -s 10M -v 1 -b 128 "$TMP/v1.hds"
 python3 "$(dirname "$0")/ploop-image-tool.py" header "$TMP/v1.hds" | grep -q '"signature": "WithoutFreeSpace"' ||
   fail "-v 1 did not write a v1 signature"
 [[ $($PLOOP info --json "$TMP/v1.hds" | python3 -c 'import json,sys; print(json.load(sys.stdin)["cluster_size"])') == 65536 ]] ||

@@ -5,7 +5,7 @@
 # read-write open is refused); destroy removes the disk create made and
 # leaves one it only took; bad names get one line.
 source "$(dirname "$0")/functions.sh"
-RBD_PORT=21550
+RBD_PORT=21550 # the cluster: 21550-21569; ploop-nbd: 21596
 source "$(dirname "$0")/rbd-lib.bash"
 rbd_cluster_start 1
 source "$(dirname "$0")/container-lib.bash" # its cleanup runs before the cluster stops
@@ -24,7 +24,7 @@ wait_running web
 for _ in $(seq 100); do [[ -s $CTROOT/web/rootfs/data ]] && [[ $(wc -l <"$CTROOT/web/rootfs/data") -eq 20000 ]] && break; sleep 0.1; done
 [[ $(wc -l <"$CTROOT/web/rootfs/data") -eq 20000 ]] || fail "the container did not write its data"
 # One writer: the served disk refuses a second read-write open, naming the holder.
-err=$(expect_fail t "$PLOOP_NBD" -p 21551 "x=$R")
+err=$(expect_fail t "$PLOOP_NBD" -p 21596 "x=$R")
 [[ $err == *"locked by"* ]] || fail "second read-write open of a running container's disk: $err"
 id=$(ctt snapshot web) || fail "snapshot of the running rbd container"
 ctt snapshot-list web | grep -q "$id" || fail "snapshot $id not listed"

@@ -8,16 +8,16 @@
 # a destination killed before COMMIT leaves the source running with its
 # data (the destination's daemon fenced).
 source "$(dirname "$0")/functions.sh"
-RBD_PORT=21570
+RBD_PORT=21570 # the cluster: 21570-21589; migration 21590, ploop-nbd 21591
 source "$(dirname "$0")/rbd-lib.bash"
 rbd_cluster_start 1
-MIGRATE_PORT=21560
+MIGRATE_PORT=21590
 source "$(dirname "$0")/container-lib.bash"
 source "$(dirname "$0")/migrate-lib.bash"
 _mig_net_down # the two hosts share this host's 127.0.0.1 (the cluster is there)
 CONF_B=$TMP/ceph-b.conf
 cp "$CONF" "$CONF_B"
-ADDR=127.0.0.1:21560
+ADDR=127.0.0.1:21590
 
 start_receiver() {
   : >"$TMP/recv.out"
@@ -76,7 +76,7 @@ sleep 1
 m2=$(check_log "$DST/web/rootfs/log") || fail "destination log broken"
 ((m2 > m)) || fail "the writer does not go on at the destination ($m -> $m2)"
 # One writer: the destination holds the disk, the source's name of it cannot open it read-write.
-err=$(expect_fail timeout 60 "$PLOOP_NBD" -p 21561 "x=$D1")
+err=$(expect_fail timeout 60 "$PLOOP_NBD" -p 21591 "x=$D1")
 [[ $err == *"locked by"* ]] || fail "the source could open the migrated disk: $err"
 wait_state_root() { local i; for i in $(seq 100); do [[ $(state_of "$1" "$2") == "$3" ]] && return 0; sleep 0.1; done; return 1; }
 dst stop web --timeout 2 >/dev/null 2>&1

@@ -9,7 +9,7 @@ rbd_cluster_start 2
 R=rbd:rbd/k1
 F=$TMP/file
 t "$PLOOP" init -s 32M "$R" >/dev/null
-t "$PLOOP" init -s 32M "$F" >/dev/null
+t "$PLOOP" init -t none -s 32M "$F" >/dev/null
 python3 - "$TMP" <<'PY'
 import random, sys
 r = random.Random(11)

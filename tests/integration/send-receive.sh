@@ -183,4 +183,33 @@ kill $SPID
 wait $SPID 2>/dev/null || true
 images_ok "$R"
 images_ok "$TMP/online-full"
+
+# ---- --snapshots carries the whole tree: a branch left by snapshot-switch ----
+# T: base state 1, snapshot A; state 2, snapshot B; back to A; state 3,
+# snapshot C. B is a branch off A that the top's chain does not hold.
+T=$TMP/tree
+$PLOOP import "$TMP/m1.raw" "$T" >/dev/null
+A=$($PLOOP snapshot "$T")
+$PLOOP import "$TMP/m2.raw" "$T" >/dev/null
+B=$($PLOOP snapshot "$T")
+$PLOOP snapshot-switch -u "$A" "$T" >/dev/null
+$PLOOP import "$TMP/m3.raw" "$T" >/dev/null
+C=$($PLOOP snapshot "$T")
+$PLOOP send -u "$C" --snapshots "$T" 2>/dev/null | $PLOOP receive "$TMP/tree-copy" 2>/dev/null ||
+  fail "a tree did not travel"
+tree_of() { $PLOOP snapshot-list -H -o uuid,parent_uuid "$1" | grep -v -i '5fbaabe3' | sort; }
+[[ $(tree_of "$T") == "$(tree_of "$TMP/tree-copy")" ]] ||
+  fail "the tree differs: $(tree_of "$T") / $(tree_of "$TMP/tree-copy")"
+tree_of "$TMP/tree-copy" | grep -q "^$B $A" || fail "B is not a child of A: $(tree_of "$TMP/tree-copy")"
+for pair in "$A 1" "$B 2" "$C 3"; do
+  set -- $pair
+  $PLOOP export -f -u "$1" -o "$TMP/x.raw" "$TMP/tree-copy" >/dev/null
+  qemu-img compare -q -f raw -F raw "$TMP/x.raw" "$TMP/m$2.raw" || fail "tree copy: snapshot $1 differs from model $2"
+done
+images_ok "$TMP/tree-copy"
+# the top's state: the same tree and the state sent above C
+$PLOOP send --snapshots "$T" 2>/dev/null | $PLOOP receive "$TMP/tree-top" 2>/dev/null || fail "top of a tree"
+[[ $(tree_of "$TMP/tree-top" | grep -v " $C\$") == "$(tree_of "$T")" ]] ||
+  fail "the top's tree differs: $(tree_of "$TMP/tree-top")"
+echo "tree: ok"
 echo "send-receive: OK"

@@ -56,7 +56,7 @@ note_fail() { echo "$*" >>"$TMP/failures"; }
 
 # ---- setup, before the clock starts --------------------------------------
 SETUP0=$(date +%s)
-$PLOOP init -s $((NCLIENTS * REGION / 1048576 + 4))M "$A/root.hds" >/dev/null
+$PLOOP init -t none -s $((NCLIENTS * REGION / 1048576 + 4))M "$A/root.hds" >/dev/null
 port=
 for p in $(seq 21800 21819); do
   ASAN_OPTIONS=$LEAKS $PLOOP_NBD -p "$p" -b 127.0.0.1 "$A" 2>"$TMP/server.log" &
@@ -75,7 +75,7 @@ done
 [[ -n $port ]] || fail "no free port in 21800-21819 for ploop-nbd: $(cat "$TMP/server.log")"
 cleanup "kill $SPID 2>/dev/null; wait $SPID 2>/dev/null"
 
-$PLOOP init -s 256M -t ext4 "$B/root.hds" >/dev/null
+$PLOOP init -t none -s 256M -t ext4 "$B/root.hds" >/dev/null
 ASAN_OPTIONS=$LEAKS $PLOOP mount -m "$M" "$B" >/dev/null
 cleanup "$PLOOP umount '$B' >/dev/null 2>&1"
 MPID=$($PLOOP list --json | "$PY" -c 'import json,sys; print([a["pid"] for a in json.load(sys.stdin) if a["disk"] == sys.argv[1]][0])' "$B")

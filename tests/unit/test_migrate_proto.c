@@ -7,10 +7,14 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../../tools/ploop-container/error.c"
 #include "../../tools/ploop-container/migrate-proto.c"
+#include "../../tools/ploop-container/migrate-tls.c"
+#include "../../tls/ploop-tls.c"
+#include "../../tls/tls-relay.c"
 
 static int sv[2];
 
@@ -189,4 +193,93 @@ Test(migrate_proto, hex_round_trip)
   cr_assert_null(mig_unhex("abc"));  /* odd length */
   cr_assert_null(mig_unhex("4100")); /* an embedded NUL */
   cr_assert_null(mig_unhex("zz"));
+}
+
+/* TLS under the protocol (migrate-tls.c), over real TCP on 127.0.0.1: the
+ * destination is a child process (the TLS setup is per process). The link
+ * idles longer than the 1 s timeout while neither side reads, and still
+ * carries the next message; TCP options land on the socket beneath the
+ * relay; the peer's mig_close is a clean end. */
+#define TLS_TEST_ADDR "127.0.0.1:21540"
+
+static void write_psk(char *path)
+{
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  const char *k = "alice:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
+  cr_assert_eq(write(fd, k, strlen(k)), (ssize_t)strlen(k));
+  close(fd);
+}
+
+static void tls_destination(const char *psk, int ready)
+{
+  struct mig_tls_args a = {.o.psk_file = psk};
+  int lfd = mig_tls_setup(&a, true) < 0 ? -1 : mig_listen(TLS_TEST_ADDR);
+  if (write(ready, "x", 1) != 1 || lfd < 0)
+    _exit(2);
+  int fd = mig_tls_accept(accept4(lfd, NULL, NULL, SOCK_CLOEXEC), 1);
+  unsigned t;
+  char *p = NULL;
+  if (fd < 0 || mig_set_timeout(fd, 1) < 0 || mig_recv(fd, &t, &p, NULL) < 0 || t != MIG_HELLO)
+    _exit(3);
+  sleep(2); /* idle: nothing to read for either relay */
+  if (mig_send_text(fd, MIG_WELCOME, p) < 0)
+    _exit(4);
+  mig_close(fd);
+  _exit(0);
+}
+
+Test(migrate_tls, psk_link_idles_and_ends_cleanly, .timeout = 30)
+{
+  signal(SIGPIPE, SIG_IGN);
+  char psk[] = "/tmp/test-migrate-tls.XXXXXX";
+  write_psk(psk);
+  int ready[2];
+  cr_assert_eq(pipe(ready), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0)
+    tls_destination(psk, ready[1]);
+  char c;
+  cr_assert_eq(read(ready[0], &c, 1), 1);
+  struct mig_tls_args a = {.o.psk_file = psk};
+  cr_assert_eq(mig_tls_setup(&a, false), 0, "%s", ct_error());
+  int fd = mig_connect(TLS_TEST_ADDR, 1);
+  cr_assert_geq(fd, 0, "%s", ct_error());
+  int net = mig_tls_net_fd(fd);
+  cr_assert_neq(net, fd, "no relay beneath the connection");
+  unsigned ut = 0;
+  socklen_t sl = sizeof ut;
+  cr_assert_eq(getsockopt(net, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, &sl), 0);
+  cr_assert_eq(ut, 1000, "TCP_USER_TIMEOUT on the socket: %u", ut);
+  cr_assert_eq(mig_send_text(fd, MIG_HELLO, "name=web\n"), 0);
+  sleep(3); /* we do not read either: only the relays hold the link */
+  char *p;
+  cr_assert_eq(mig_expect(fd, MIG_WELCOME, &p, NULL), 0, "%s", ct_error());
+  cr_assert_str_eq(p, "name=web\n");
+  free(p);
+  unsigned t;
+  cr_assert_eq(mig_recv(fd, &t, &p, NULL), -1);
+  cr_assert(strstr(ct_error(), "the peer closed the connection"), "%s", ct_error());
+  mig_close(fd);
+  int st;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "destination: status %d", st);
+  unlink(psk);
+}
+
+Test(migrate_tls, refused_combinations)
+{
+  struct mig_tls_args a = {.mode = "off", .o.psk_file = "/nonexistent"};
+  cr_assert_eq(mig_tls_setup(&a, true), -1);
+  a = (struct mig_tls_args){.mode = "require"};
+  cr_assert_eq(mig_tls_setup(&a, true), -1);
+  a = (struct mig_tls_args){.o.psk_file = "/nonexistent"};
+  cr_assert_eq(mig_tls_setup(&a, false), -1);
+  cr_assert(strstr(ct_error(), "/nonexistent"), "%s", ct_error());
+  a = (struct mig_tls_args){.o.cert_dir = "/tmp", .o.verify_peer = true};
+  cr_assert_eq(mig_tls_setup(&a, false), -1);
+  cr_assert(strstr(ct_error(), "--tls-verify-peer"), "%s", ct_error());
+  cr_assert_eq(mig_tls_net_fd(7), 7);
+  cr_assert_null(mig_tls_link_error(7));
 }

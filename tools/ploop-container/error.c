@@ -9,14 +9,23 @@
 static char message[1024];
 static int code = CT_EXIT_FAIL;
 
+/* Formatted aside first: an argument may be ct_error() itself. */
+static int set_message(int errnum, const char *fmt, va_list ap)
+{
+  char text[sizeof message];
+  int n = vsnprintf(text, sizeof text, fmt, ap);
+  if (errnum && n >= 0 && (size_t)n < sizeof text)
+    snprintf(text + n, sizeof text - (size_t)n, ": %s", strerror(errnum));
+  memcpy(message, text, sizeof message);
+  return -1;
+}
+
 int ct_fail(int errnum, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(message, sizeof message, fmt, ap);
+  set_message(errnum, fmt, ap);
   va_end(ap);
-  if (errnum && n >= 0 && (size_t)n < sizeof message)
-    snprintf(message + n, sizeof message - (size_t)n, ": %s", strerror(errnum));
   code = CT_EXIT_FAIL;
   return -1;
 }
@@ -44,7 +53,7 @@ int ct_usage(const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
+  set_message(0, fmt, ap);
   va_end(ap);
   code = CT_EXIT_USAGE;
   return -1;
@@ -58,7 +67,7 @@ int ct_state_fail(int c, const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
+  set_message(0, fmt, ap);
   va_end(ap);
   code = c;
   return -1;

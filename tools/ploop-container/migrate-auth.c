@@ -68,6 +68,14 @@ void mig_auth_proof(const struct mig_auth *a, const char *label, const char *x, 
     sprintf(out + 2 * i, "%02x", d[i]);
 }
 
+void mig_status_proof(const struct mig_auth *a, const char *nonce, const char *id, const char *state,
+                      char out[MIG_PROOF_HEX + 1])
+{
+  char what[128];
+  snprintf(what, sizeof what, "%s %s", id, state);
+  mig_auth_proof(a, "ploop-container-migrate status", nonce, what, out);
+}
+
 bool mig_auth_equal(const char *p, const char *q)
 {
   size_t n = strlen(p);

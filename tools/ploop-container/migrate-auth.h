@@ -24,6 +24,10 @@ void mig_auth_nonce(char out[MIG_NONCE_HEX + 1]);
 /* HMAC(key, LABEL "\n" A "\n" B) in hex. */
 void mig_auth_proof(const struct mig_auth *a, const char *label, const char *x, const char *y,
                     char out[MIG_PROOF_HEX + 1]);
+/* The destination's proof on its answer to a --resolve query: bound to the
+ * querier's nonce, the migration and the state it reports. */
+void mig_status_proof(const struct mig_auth *a, const char *nonce, const char *id, const char *state,
+                      char out[MIG_PROOF_HEX + 1]);
 /* Constant-time comparison of two proofs. */
 bool mig_auth_equal(const char *p, const char *q);
 

@@ -50,6 +50,8 @@ struct dst {
   char *images;         /* ROOT/NAME/migration-images */
   uint64_t image_bytes;
   unsigned image_files;
+  char **cfg_kv;        /* the source's network and limits (config keys) */
+  size_t cfg_n;
 };
 
 #define MIG_MAX_IMAGE_BYTES (16ull << 30)
@@ -114,6 +116,12 @@ static int parse_hello(struct dst *d, const char *h)
   if (v && strcmp(d->mode, "online") == 0 &&
       ct_criu_find(NULL, &d->criu_bin, d->criu_why, sizeof d->criu_why) < 0)
     d->criu_bin = NULL;  /* WELCOME says criu=0 and why: the source restarts the command instead */
+  size_t cap = strlen(h) + 1;
+  cleanup_free char *cfg = malloc(cap);
+  if (!cfg)
+    abort();
+  if (mig_kv(h, "config", cfg, cap) && mig_config_parse(cfg, &d->cfg_kv, &d->cfg_n) < 0)
+    return -1;
   if (mig_kv_u64(h, "argc", &v) < 0)
     return -1;
   if (v && ct_runargs_parse(h, &d->ra) < 0)
@@ -217,7 +225,8 @@ static int on_prepare(struct dst *d, const char *msg)
   if (criu && !d->image_files)
     return ct_fail(0, "protocol error: PREPARE with criu=1 but no CRIU images");
   d->criu = criu != 0;
-  if (ct_config_save(&d->cfg) < 0 || (d->shared && mig_shared_dest_config(d->name, d->diskdir, d->shared_created) < 0))
+  if (ct_config_save(&d->cfg) < 0 || mig_config_apply(d->name, d->cfg_kv, d->cfg_n) < 0 ||
+      (d->shared && mig_shared_dest_config(d->name, d->diskdir, d->shared_created) < 0))
     return -1;
   /* a restore mounts the disk itself (its monitor owns the mount) */
   if (d->ra.argc && !d->criu) {
@@ -308,11 +317,26 @@ static int on_commit(struct dst *d)
 }
 
 /* QUERY from `migrate --resolve`. */
-static int on_query(int fd, const char *q)
+static int on_query(int fd, const char *q, const struct mig_auth *auth)
 {
-  char id[40] = "", name[CT_NAME_MAX + 1] = "";
+  char id[40] = "", name[CT_NAME_MAX + 1] = "", cn[MIG_NONCE_HEX + 1] = "";
   mig_kv(q, "id", id, sizeof id);
   mig_kv(q, "name", name, sizeof name);
+  /* Under --auth only a querier with a nonce gets an answer (it carries
+   * our proof); nothing is looked at or discarded for anyone else. */
+  if (auth) {
+    char proof[MIG_PROOF_HEX + 1] = "", want[MIG_PROOF_HEX + 1];
+    mig_kv(q, "proof", proof, sizeof proof);
+    if (!mig_kv(q, "nonce", cn, sizeof cn) || strlen(cn) != MIG_NONCE_HEX) {
+      mig_send_error(fd, "authentication required: give --auth FILE to migrate --resolve");
+      return -1;
+    }
+    mig_auth_proof(auth, "ploop-container-migrate query", cn, id, want);
+    if (!mig_auth_equal(proof, want)) {
+      mig_send_error(fd, "authentication failed: the querier's --auth token differs");
+      return -1;
+    }
+  }
   const char *state = "unknown";
   struct mig_record m;
   if (ct_check_name(name) == 0 && mig_record_load(name, &m) > 0 && !strcmp(m.id, id) &&
@@ -329,7 +353,10 @@ static int on_query(int fd, const char *q)
       }
     }
   }
-  cleanup_free char *ans = xasprintf("state=%s\n", state);
+  char proof[MIG_PROOF_HEX + 1] = "";
+  if (auth)
+    mig_status_proof(auth, cn, id, state, proof);
+  cleanup_free char *ans = xasprintf("state=%s\nproof=%s\n", state, proof);
   return mig_send_text(fd, MIG_STATUS, ans);
 }
 
@@ -377,7 +404,7 @@ static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
   if (mig_set_timeout(fd, timeout_s) < 0 || mig_recv(fd, &t, &msg, NULL) < 0)
     return -1;
   if (t == MIG_QUERY) {
-    on_query(fd, msg);
+    on_query(fd, msg, auth);
     free(msg);
     return 1;
   }
@@ -459,6 +486,7 @@ out:
   if (rc < 0 && d.created)
     discard(d.name);
   ct_runargs_free(&d.ra);
+  mig_config_free(d.cfg_kv, d.cfg_n);
   free(d.criu_bin);
   free(d.images);
   free(d.dir);
@@ -512,8 +540,9 @@ int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s, cons
       return ct_fail(errno, "accept on %s", listen_addr);
     }
     if (once) {
-      int rc = serve(fd, timeout_s, auth);
-      close(fd);
+      fd = mig_tls_accept(fd, timeout_s);
+      int rc = fd < 0 ? -1 : serve(fd, timeout_s, auth);
+      mig_close(fd);
       if (rc == 1)
         continue;
       close(lfd);
@@ -523,7 +552,9 @@ int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s, cons
     if (pid == 0) {
       close(lfd);
       signal(SIGCHLD, SIG_DFL);
-      int rc = serve(fd, timeout_s, auth);
+      fd = mig_tls_accept(fd, timeout_s);
+      int rc = fd < 0 ? -1 : serve(fd, timeout_s, auth);
+      mig_close(fd); /* with TLS, our last message is still in the relay */
       if (rc < 0)
         fprintf(stderr, "ploop-container: %s\n", ct_error());
       _exit(rc < 0);

@@ -11,6 +11,13 @@
 /* Forks the container's monitor (as `start`) with RA; LOCK is the held
  * container lock, passed on to the monitor. */
 int mig_start(const char *name, int lock, const struct ct_runargs *ra, bool adopt_mount);
+/* ROOT/NAME/config's network and limits for HELLO (hex, malloc'd); the
+ * destination's check of it (the known keys as "k=v" strings), saving and
+ * freeing (migrate-config.c). */
+char *mig_config_extra(const char *name);
+int mig_config_parse(const char *hex, char ***kv, size_t *n);
+int mig_config_apply(const char *name, char **kv, size_t n);
+void mig_config_free(char **kv, size_t n);
 /* Test hook: runs $PLOOP_MIGRATE_HOOK when PHASE is $PLOOP_MIGRATE_HOOK_PHASE,
  * so tests cause real faults (link down, kill, full disk) at an exact phase. */
 void mig_test_hook(const char *phase);

@@ -17,6 +17,7 @@
 
 #include "error.h"
 #include "migrate-internal.h"
+#include "migrate-tls.h"
 #include "util.h"
 
 uint64_t mig_bytes_out;
@@ -39,19 +40,24 @@ int mig_set_timeout(int fd, unsigned seconds)
   /* SO_RCVTIMEO/SO_SNDTIMEO bound our own message waits. The disk streams
    * wait in poll(), which those do not reach: there TCP_USER_TIMEOUT aborts
    * a connection whose data (or, with keepalive, whose probes) went
-   * unacknowledged for SECONDS, and poll wakes up with the error. */
+   * unacknowledged for SECONDS, and poll wakes up with the error.
+   * With TLS, FD is a relay's end: the message timeouts stay on it, the
+   * TCP options go to the socket beneath (which also gets the send timeout,
+   * so a relay cannot block forever on a peer that stopped reading). */
   struct timeval tv = {.tv_sec = seconds};
   unsigned ms = seconds * 1000;
   int one = 1, idle = seconds > 2 ? (int)seconds / 2 : 1, intvl = 1, cnt = (int)seconds + 1;
+  int net = mig_tls_net_fd(fd);
   if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0 ||
       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0 ||
-      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) < 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) < 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) < 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) < 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) < 0)
+      (net != fd && setsockopt(net, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0) ||
+      setsockopt(net, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) < 0 ||
+      setsockopt(net, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) < 0 ||
+      setsockopt(net, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) < 0 ||
+      setsockopt(net, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) < 0 ||
+      setsockopt(net, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) < 0)
     return ct_fail(errno, "socket timeouts");
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(net, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   return 0;
 }
 
@@ -115,7 +121,7 @@ int mig_connect(const char *addr_port, unsigned timeout_s)
   freeaddrinfo(ai);
   if (fd < 0)
     return ct_fail(err, "connect to %s", addr_port);
-  return fd;
+  return mig_tls_connect(fd, addr_port, timeout_s);
 }
 
 int mig_listen(const char *addr_port)
@@ -144,6 +150,8 @@ int mig_write_all(int fd, const void *buf, size_t len)
     ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR)
       continue;
+    if (n < 0 && mig_tls_link_error(fd))
+      return ct_fail(0, "send to the peer: %s", mig_tls_link_error(fd));
     if (n < 0)
       return ct_fail(errno == EAGAIN ? ETIMEDOUT : errno, "send to the peer");
     p += n;
@@ -160,6 +168,8 @@ int mig_read_all(int fd, void *buf, size_t len)
     ssize_t n = read(fd, p, len);
     if (n < 0 && errno == EINTR)
       continue;
+    if (n <= 0 && mig_tls_link_error(fd))
+      return ct_fail(0, "receive from the peer: %s", mig_tls_link_error(fd));
     if (n < 0)
       return ct_fail(errno == EAGAIN ? ETIMEDOUT : errno, "receive from the peer");
     if (n == 0)
@@ -229,6 +239,9 @@ int mig_recv(int fd, unsigned *type, char **payload, size_t *len)
   *payload = NULL;
   if (mig_read_all(fd, hdr, sizeof hdr) < 0)
     return -1;
+  if (hdr[0] == 0x16 && hdr[1] == 3) /* a TLS handshake record, version 3.x */
+    return ct_fail(0, "protocol error: the peer speaks TLS and this end does not (give both "
+                      "the same --tls-psk or --tls-certificates)");
   if (memcmp(hdr, magic, 4) != 0)
     return ct_fail(0, "protocol error: bad message magic (not a ploop-container migration peer?)");
   unsigned t = hdr[4] | hdr[5] << 8;

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "migrate-tls.h" /* mig_close; mig_connect speaks TLS when set up */
+
 #define MIG_VERSION 1
 #define MIG_MAX_PAYLOAD (1u << 20)
 #define MIG_HDR_LEN 24

@@ -16,8 +16,8 @@ int mig_record_save(const char *name, const struct mig_record *m, bool durable)
     size_t n = strlen(snaps);
     snprintf(snaps + n, sizeof snaps - n, "%s%s", i ? "," : "", m->snaps[i]);
   }
-  cleanup_free char *s = xasprintf("id=%s\nrole=%s\nphase=%s\ndest=%s\nsnaps=%s\nwas_frozen=%d\n",
-                                   m->id, m->role, m->phase, m->dest, snaps, m->was_frozen);
+  cleanup_free char *s = xasprintf("id=%s\nrole=%s\nphase=%s\ndest=%s\nsnaps=%s\nwas_frozen=%d\nauth=%d\n",
+                                   m->id, m->role, m->phase, m->dest, snaps, m->was_frozen, m->auth);
   cleanup_free char *path = ct_path(name, "migration");
   return write_file_atomic(path, s, strlen(s), durable);
 }
@@ -37,6 +37,8 @@ int mig_record_load(const char *name, struct mig_record *m)
   mig_kv(text, "dest", m->dest, sizeof m->dest);
   if (mig_kv(text, "was_frozen", b, sizeof b))
     m->was_frozen = b[0] == '1';
+  if (mig_kv(text, "auth", b, sizeof b))
+    m->auth = b[0] == '1';
   if (mig_kv(text, "snaps", snaps, sizeof snaps)) {
     char *save = NULL;
     for (char *t = strtok_r(snaps, ",", &save); t && m->n_snaps < MIG_MAX_ROUNDS + 2;

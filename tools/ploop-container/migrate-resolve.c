@@ -14,6 +14,7 @@
 #include "control.h"
 #include "error.h"
 #include "libploop.h"
+#include "migrate-auth.h"
 #include "migrate-internal.h"
 #include "migrate-proto.h"
 #include "migrate-shared.h"
@@ -131,34 +132,56 @@ int mig_source_finish(const char *name, bool keep)
   return container_destroy(name);
 }
 
+static bool answer_proven(const struct mig_auth *auth, const char *nonce, const char *id, const char *state,
+                          const char *ans)
+{
+  char proof[MIG_PROOF_HEX + 1], want[MIG_PROOF_HEX + 1];
+  mig_status_proof(auth, nonce, id, state, want);
+  return mig_kv(ans, "proof", proof, sizeof proof) && mig_auth_equal(proof, want);
+}
+
 /* Asks the destination what became of migration M. Returns 1 committed,
- * 0 not (and never will be), 2 still pending there, -1 unreachable. */
-static int ask(const char *name, const struct mig_record *m, const char *dest, unsigned timeout_s)
+ * 0 not (and never will be), 2 still pending there, -1 unreachable, -2 an
+ * answer without the destination's --auth proof. */
+static int ask(const char *name, const struct mig_record *m, const char *dest, unsigned timeout_s,
+               const struct mig_auth *auth)
 {
   int fd = mig_connect(dest, timeout_s);
   if (fd < 0)
     return -1;
-  cleanup_free char *q = xasprintf("id=%s\nname=%s\n", m->id, name);
+  /* With --auth the answer carries a proof over our fresh nonce: a host
+   * that merely answers at DEST cannot make us end our copy. */
+  char cn[MIG_NONCE_HEX + 1] = "", qp[MIG_PROOF_HEX + 1] = "";
+  if (auth) {
+    mig_auth_nonce(cn);
+    mig_auth_proof(auth, "ploop-container-migrate query", cn, m->id, qp);
+  }
+  cleanup_free char *q = xasprintf("id=%s\nname=%s\nnonce=%s\nproof=%s\n", m->id, name, cn, qp);
   cleanup_free char *ans = NULL;
   int rc = -1;
   char state[32];
   if (mig_send_text(fd, MIG_QUERY, q) == 0 && mig_expect(fd, MIG_STATUS, &ans, NULL) == 0) {
-    if (!mig_kv(ans, "state", state, sizeof state))
+    if (!mig_kv(ans, "state", state, sizeof state)) {
       rc = ct_fail(0, "protocol error: STATUS without state");
-    else if (!strcmp(state, "committed"))
+    } else if (auth && !answer_proven(auth, cn, m->id, state, ans)) {
+      ct_fail(0, "the destination failed authentication (its --auth token differs)");
+      rc = -2;
+    } else if (!strcmp(state, "committed")) {
       rc = 1;
-    else if (!strcmp(state, "unknown"))
+    } else if (!strcmp(state, "unknown")) {
       rc = 0;
-    else if (!strcmp(state, "pending"))
+    } else if (!strcmp(state, "pending")) {
       rc = 2;
-    else
+    } else {
       rc = ct_fail(0, "protocol error: state=%s", state);
+    }
   }
-  close(fd);
+  mig_close(fd);
   return rc;
 }
 
-int migrate_resolve(const char *name, const char *dest_override, int decision, unsigned timeout_s)
+int migrate_resolve(const char *name, const char *dest_override, int decision, unsigned timeout_s,
+                    const struct mig_auth *auth)
 {
   if (ct_require(name) < 0)
     return -1;
@@ -189,11 +212,19 @@ int migrate_resolve(const char *name, const char *dest_override, int decision, u
   }
   const char *dest = dest_override ? dest_override : m.dest;
   int outcome = decision;
+  if (decision == 0 && m.auth && !auth)
+    return ct_usage("%s was migrated with --auth: give --auth FILE to ask %s, or decide with --commit or --abort",
+                    name, dest);
   if (decision == 0) {
-    int a = ask(name, &m, dest, timeout_s);
-    if (a < 0)
+    int a = ask(name, &m, dest, timeout_s, auth);
+    if (a == -2)
+      return -1;
+    if (a < 0) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", ct_error());
       return ct_fail(0, "%s is in doubt and %s cannot be asked (%s): decide with --commit (it runs "
-                        "there) or --abort (it does not)", name, dest, ct_error());
+                        "there) or --abort (it does not)", name, dest, why);
+    }
     if (a == 2) {
       ct_fail(0, "%s: the destination has not decided yet; try again", name);
       ct_set_error_code(CT_EXIT_IN_DOUBT);

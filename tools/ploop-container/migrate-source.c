@@ -308,10 +308,12 @@ static int hello(struct src *s)
   char cn[MIG_NONCE_HEX + 1] = "", sn[MIG_NONCE_HEX + 1] = "";
   if (s->o->auth)
     mig_auth_nonce(cn);
+  cleanup_free char *cfg = mig_config_extra(s->o->name);
   cleanup_free char *shared = mig_shared_hello(s->o->name, s->diskdir);
-  cleanup_free char *msg =
-      xasprintf("nonce=%s\nversion=%d\nid=%s\nname=%s\ndisk_bytes=%" PRIu64 "\nsource=%s\nmode=%s\ncriu=%d\n%s%s",
-                cn, MIG_VERSION, s->rec.id, s->o->name, c.disk_bytes, src, mode, s->criu_bin != NULL, shared, args);
+  cleanup_free char *msg = xasprintf("nonce=%s\nversion=%d\nid=%s\nname=%s\ndisk_bytes=%" PRIu64
+                                     "\nsource=%s\nmode=%s\ncriu=%d\nconfig=%s\n%s%s",
+                                     cn, MIG_VERSION, s->rec.id, s->o->name, c.disk_bytes, src, mode,
+                                     s->criu_bin != NULL, cfg, shared, args);
   if (mig_send_text(s->fd, MIG_HELLO, msg) < 0)
     return -1;
   cleanup_free char *w = NULL;
@@ -526,6 +528,7 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r)
   snprintf(s.rec.role, sizeof s.rec.role, "source");
   snprintf(s.rec.phase, sizeof s.rec.phase, "rounds");
   snprintf(s.rec.dest, sizeof s.rec.dest, "%s", o->dest);
+  s.rec.auth = o->auth != NULL;
   if (hello(&s) < 0 || mig_record_save(o->name, &s.rec, true) < 0)
     goto fail;
   if (s.shared ? shared_handover(&s) < 0
@@ -567,7 +570,7 @@ fail:
   if (s.fd >= 0) {
     peer_reason(s.fd);
     mig_send_error(s.fd, ct_error());
-    close(s.fd);
+    mig_close(s.fd);
     s.fd = -1;
   }
   ct_wrap("migrate %s to %s", o->name, o->dest);
@@ -583,7 +586,7 @@ out:
     mig_remove_tree(s.images);
   free(s.criu_bin);
   if (s.fd >= 0)
-    close(s.fd);
+    mig_close(s.fd);
   r->total_ms = ms_since(s.t0);
   cg_free(&s.cg);
   ct_runargs_free(&s.ra);

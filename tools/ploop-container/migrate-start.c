@@ -10,6 +10,7 @@
 #include "error.h"
 #include "migrate-internal.h"
 #include "monitor.h"
+#include "net.h"
 #include "util.h"
 
 int mig_start(const char *name, int lock, const struct ct_runargs *ra, bool adopt_mount)
@@ -17,6 +18,7 @@ int mig_start(const char *name, int lock, const struct ct_runargs *ra, bool adop
   struct ct_run_opts o = ra->o;
   o.detach = true;
   o.adopt_mount = adopt_mount;
+  ct_net_name(&o.netcfg, name);  /* this root's name for the host end */
   int report_in, report;
   /* the migration's socket and listener are not the container's business */
   pid_t pid = monitor_fork(name, lock, true, &report_in, &report);

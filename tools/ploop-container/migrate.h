@@ -58,7 +58,9 @@ struct mig_result {
  * the error set (the container runs on here as before). */
 int migrate_source(const struct mig_opts *o, struct mig_result *r);
 /* DECISION 0: ask the destination; 1 / -1: the operator's --commit/--abort. */
-int migrate_resolve(const char *name, const char *dest_override, int decision, unsigned timeout_s);
+struct mig_auth;
+int migrate_resolve(const char *name, const char *dest_override, int decision, unsigned timeout_s,
+                    const struct mig_auth *auth);
 /* Serves migrations (ONCE: one, then returns its result). */
 int migrate_receive(const char *listen_addr, bool once, unsigned timeout_s, const struct mig_auth *auth);
 /* Removes what receivers that died left half-received under ct_root. */
@@ -73,6 +75,7 @@ struct mig_record {
   char snaps[MIG_MAX_ROUNDS + 2][40]; /* source: temporary snapshots, oldest first */
   unsigned n_snaps;
   bool was_frozen;     /* source: frozen (final round) when recorded */
+  bool auth;           /* source: made with --auth (a --resolve must give it too) */
 };
 int mig_record_save(const char *name, const struct mig_record *m, bool durable);
 /* 1 read, 0 none, -1 error. */

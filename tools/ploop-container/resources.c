@@ -134,9 +134,8 @@ void ct_res_merge(struct ct_res *dst, const struct ct_res *src)
   dst->set |= src->set;
 }
 
-int ct_res_save(const char *name, const char *file, const struct ct_res *r, bool durable)
+size_t ct_res_kv(const struct ct_res *r, char *kv[CT_RES_KV_MAX])
 {
-  char *kv[5 + CT_IO_N];
   size_t n = 0;
   if (r->set & CT_RES_CPUS)
     kv[n++] = xasprintf("cpus=%u.%03u", r->cpus_milli / 1000, r->cpus_milli % 1000);
@@ -149,6 +148,52 @@ int ct_res_save(const char *name, const char *file, const struct ct_res *r, bool
   for (int i = 0; i < CT_IO_N; i++)
     if (r->set & (CT_RES_IO << i))
       kv[n++] = xasprintf("%s=%" PRIu64, io_key[i], r->io[i]);
+  return n;
+}
+
+int ct_res_set_key(struct ct_res *r, const char *key, const char *v)
+{
+  if (!strcmp(key, "cpus")) {
+    r->set |= CT_RES_CPUS;
+    return parse_cpus(v, &r->cpus_milli) < 0 ? -1 : 1;
+  }
+  if (!strcmp(key, "cpu_weight")) {
+    r->set |= CT_RES_CPU_WEIGHT;
+    return parse_weight("cpu_weight", v, &r->cpu_weight) < 0 ? -1 : 1;
+  }
+  if (!strcmp(key, "cpuset")) {
+    r->set |= CT_RES_CPUSET;
+    if (!strcmp(v, "all")) {
+      r->cpuset[0] = 0;
+      return 1;
+    }
+    return parse_cpuset(v, r->cpuset, sizeof r->cpuset) < 0 ? -1 : 1;
+  }
+  if (!strcmp(key, "io_weight")) {
+    r->set |= CT_RES_IO_WEIGHT;
+    return parse_weight("io_weight", v, &r->io_weight) < 0 ? -1 : 1;
+  }
+  for (int i = 0; i < CT_IO_N; i++)
+    if (!strcmp(key, io_key[i])) {
+      char *end;
+      errno = 0;
+      unsigned long long x = strtoull(v, &end, 10);
+      if (errno || end == v || *end || v[0] == '-')
+        return ct_usage("%s: '%s' is not a number", key, v);
+      r->io[i] = x;
+      r->set |= CT_RES_IO << i;
+      return 1;
+    }
+  return 0;
+}
+
+const char *const ct_res_keys[] = {"cpus", "cpu_weight", "cpuset", "io_weight", "io_read_bps",
+                                   "io_write_bps", "io_read_iops", "io_write_iops", NULL};
+
+int ct_res_save(const char *name, const char *file, const struct ct_res *r, bool durable)
+{
+  char *kv[CT_RES_KV_MAX];
+  size_t n = ct_res_kv(r, kv);
   int rc = n ? ct_kv_set(name, file, (const char *const *)kv, n, durable) : 0;
   for (size_t i = 0; i < n; i++)
     free(kv[i]);
@@ -159,24 +204,13 @@ int ct_res_load(const char *name, const char *file, struct ct_res *r)
 {
   memset(r, 0, sizeof *r);
   char v[160];
-  int got;
-  if ((got = ct_kv_get(name, file, "cpus", v, sizeof v)) < 0)
-    return -1;
-  if (got && parse_cpus(v, &r->cpus_milli) == 0)
-    r->set |= CT_RES_CPUS;
-  if (ct_kv_get(name, file, "cpu_weight", v, sizeof v) > 0 && parse_weight("cpu_weight", v, &r->cpu_weight) == 0)
-    r->set |= CT_RES_CPU_WEIGHT;
-  if (ct_kv_get(name, file, "cpuset", v, sizeof v) > 0) {
-    if (strcmp(v, "all") == 0 || parse_cpuset(v, r->cpuset, sizeof r->cpuset) == 0)
-      r->set |= CT_RES_CPUSET;
+  for (int i = 0; ct_res_keys[i]; i++) {
+    int got = ct_kv_get(name, file, ct_res_keys[i], v, sizeof v);
+    if (got < 0)
+      return -1;
+    if (got && ct_res_set_key(r, ct_res_keys[i], v) < 0)
+      return ct_wrap("%s", file);
   }
-  if (ct_kv_get(name, file, "io_weight", v, sizeof v) > 0 && parse_weight("io_weight", v, &r->io_weight) == 0)
-    r->set |= CT_RES_IO_WEIGHT;
-  for (int i = 0; i < CT_IO_N; i++)
-    if (ct_kv_get(name, file, io_key[i], v, sizeof v) > 0) {
-      r->io[i] = strtoull(v, NULL, 10);
-      r->set |= CT_RES_IO << i;
-    }
   return 0;
 }
 

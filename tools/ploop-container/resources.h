@@ -47,6 +47,12 @@ struct ct_res {
 int ct_res_opt(int opt, const char *arg, int argc, char **argv, struct ct_res *r);
 /* Fields set in SRC replace those of DST. */
 void ct_res_merge(struct ct_res *dst, const struct ct_res *src);
+/* The set fields as "key=value" strings (malloc'd), the keys of the config
+ * file; and back, one key at a time: 1 ours, 0 not, -1 bad value. */
+#define CT_RES_KV_MAX (4 + CT_IO_N)
+size_t ct_res_kv(const struct ct_res *r, char *kv[CT_RES_KV_MAX]);
+int ct_res_set_key(struct ct_res *r, const char *key, const char *value);
+extern const char *const ct_res_keys[]; /* NULL-terminated */
 /* Saves the set fields in ROOT/NAME/FILE (config or state); loads them back. */
 int ct_res_save(const char *name, const char *file, const struct ct_res *r, bool durable);
 int ct_res_load(const char *name, const char *file, struct ct_res *r);

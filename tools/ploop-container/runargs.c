@@ -9,23 +9,97 @@
 
 #include "error.h"
 #include "migrate-proto.h"
+#include "net.h"
+#include "resources.h"
+#include "security.h"
+#include "volume.h"
 #include "util.h"
 
+static void append(char **s, char *line)
+{
+  char *t = xasprintf("%s%s\n", *s, line);
+  free(*s);
+  free(line);
+  *s = t;
+}
+
+/* Every option of the run: limits, --init, capabilities, seccomp, the
+ * read-only root, the veth network and the volumes travel with it, so the
+ * destination (and a restart there) runs it as confined as it was here. */
 char *ct_runargs_format(const struct ct_runargs *r)
 {
   const struct ct_run_opts *o = &r->o;
   cleanup_free char *host = mig_hex(o->hostname);
+  const char *net = o->net == CT_NET_HOST ? "host" : o->net == CT_NET_VETH ? "veth" : "none";
   char *s = xasprintf("memory=%" PRIu64 "\nswap=%" PRIu64 "\nswap_set=%d\npids=%" PRIu64
-                      "\nhostname=%s\nnet=%s\nuserns=%d\nargc=%d\n",
-                      o->memory, o->swap, o->swap_set, o->pids, host,
-                      o->net == CT_NET_HOST ? "host" : "none", o->userns, r->argc);
+                      "\nhostname=%s\nnet=%s\nuserns=%d\ninit=%d\nargc=%d\n",
+                      o->memory, o->swap, o->swap_set, o->pids, host, net, o->userns, o->init, r->argc);
   for (int i = 0; i < r->argc; i++) {
     cleanup_free char *h = mig_hex(r->argv[i]);
-    char *t = xasprintf("%sarg%d=%s\n", s, i, h);
-    free(s);
-    s = t;
+    append(&s, xasprintf("arg%d=%s", i, h));
+  }
+  if (o->net == CT_NET_VETH)
+    append(&s, xasprintf("ip=%s\ngateway=%s\nhost_ip=%s\nbridge=%s", o->netcfg.ip, o->netcfg.gateway,
+                         o->netcfg.host_ip, o->netcfg.bridge));
+  char *kv[CT_RES_KV_MAX > CT_SEC_KV ? CT_RES_KV_MAX : CT_SEC_KV];
+  size_t n = ct_res_kv(&o->res, kv);
+  for (size_t i = 0; i < n; i++)
+    append(&s, kv[i]);
+  ct_sec_kv(&o->sec, kv);
+  for (size_t i = 0; i < CT_SEC_KV; i++)
+    append(&s, kv[i]);
+  append(&s, xasprintf("volumes=%zu", o->vol.n));
+  for (size_t i = 0; i < o->vol.n; i++) {
+    cleanup_free char *spec =
+        xasprintf("%s:%s:%s", o->vol.v[i].host, o->vol.v[i].ct, o->vol.v[i].ro ? "ro" : "rw");
+    cleanup_free char *h = mig_hex(spec);
+    append(&s, xasprintf("volume%zu=%s", i, h));
   }
   return s;
+}
+
+/* The options after the command: each checked as the same option given on
+ * the command line would be (the text may come from a peer). */
+static int parse_options(const char *text, struct ct_run_opts *o)
+{
+  char v[256];
+  if (mig_kv(text, "init", v, sizeof v))
+    o->init = strcmp(v, "1") == 0;
+  for (int i = 0; ct_res_keys[i]; i++)
+    if (mig_kv(text, ct_res_keys[i], v, sizeof v) && ct_res_set_key(&o->res, ct_res_keys[i], v) < 0)
+      return ct_wrap("run arguments");
+  static const char *const sec_keys[] = {"cap_add", "cap_drop", "seccomp", "read_only"};
+  for (size_t i = 0; i < sizeof sec_keys / sizeof sec_keys[0]; i++)
+    if (mig_kv(text, sec_keys[i], v, sizeof v) && ct_sec_set_key(&o->sec, sec_keys[i], v) < 0)
+      return ct_wrap("run arguments");
+  if (o->net == CT_NET_VETH) {
+    static const char *const net_keys[] = {"ip", "gateway", "host_ip", "bridge"};
+    o->netcfg.veth = o->netcfg.set = true;
+    for (int i = 0; i < 4; i++)
+      if (mig_kv(text, net_keys[i], v, sizeof v) && v[0] && ct_net_opt(0x140 + i, v, &o->netcfg) < 0)
+        return ct_wrap("run arguments");
+    if (ct_net_check(&o->netcfg) < 0)
+      return ct_wrap("run arguments");
+  }
+  uint64_t nvol = 0;
+  if (mig_kv(text, "volumes", v, sizeof v) && mig_kv_u64(text, "volumes", &nvol) < 0)
+    return -1;
+  if (nvol > CT_MAX_VOLUMES)
+    return ct_fail(0, "run arguments: %" PRIu64 " volumes, at most %d", nvol, CT_MAX_VOLUMES);
+  for (uint64_t i = 0; i < nvol; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "volume%" PRIu64, i);
+    size_t cap = strlen(text) + 1;
+    cleanup_free char *hex = malloc(cap);
+    if (!hex)
+      abort();
+    cleanup_free char *spec = mig_kv(text, key, hex, cap) ? mig_unhex(hex) : NULL;
+    if (!spec)
+      return ct_fail(0, "run arguments: bad or missing %s", key);
+    if (ct_volume_opt(0x160, spec, &o->vol) < 0)
+      return ct_wrap("run arguments");
+  }
+  return 0;
 }
 
 int ct_runargs_parse(const char *text, struct ct_runargs *r)
@@ -42,9 +116,9 @@ int ct_runargs_parse(const char *text, struct ct_runargs *r)
   char buf[160];
   if (!mig_kv(text, "net", buf, sizeof buf))
     return ct_fail(0, "run arguments lack net");
-  if (strcmp(buf, "host") && strcmp(buf, "none"))
+  if (strcmp(buf, "host") && strcmp(buf, "none") && strcmp(buf, "veth"))
     return ct_fail(0, "run arguments: bad net '%s'", buf);
-  r->o.net = strcmp(buf, "host") == 0 ? CT_NET_HOST : CT_NET_NONE;
+  r->o.net = !strcmp(buf, "host") ? CT_NET_HOST : !strcmp(buf, "veth") ? CT_NET_VETH : CT_NET_NONE;
   if (mig_kv(text, "hostname", buf, sizeof buf) && buf[0]) {
     cleanup_free char *h = mig_unhex(buf);
     if (!h || strlen(h) > 64)
@@ -72,7 +146,7 @@ int ct_runargs_parse(const char *text, struct ct_runargs *r)
     }
   }
   r->argc = (int)argc;
-  if (ct_run_opts_check(&r->o) < 0) {
+  if (parse_options(text, &r->o) < 0 || ct_run_opts_check(&r->o) < 0) {
     ct_runargs_free(r);
     return -1;
   }
@@ -112,6 +186,9 @@ int ct_runargs_load(const char *name, struct ct_runargs *r)
 
 void ct_runargs_free(struct ct_runargs *r)
 {
+  for (size_t i = 0; i < r->o.vol.n; i++)
+    free(r->o.vol.v[i].host);  /* one allocation: ct points into it */
+  r->o.vol.n = 0;
   if (r->argv)
     for (int i = 0; i < r->argc; i++)
       free(r->argv[i]);

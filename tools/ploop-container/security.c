@@ -89,13 +89,42 @@ uint64_t ct_sec_caps(const struct ct_sec *s)
   return (keep | s->cap_add) & ~s->cap_drop;
 }
 
+void ct_sec_kv(const struct ct_sec *s, char *kv[CT_SEC_KV])
+{
+  kv[0] = xasprintf("cap_add=%#" PRIx64, s->cap_add);
+  kv[1] = xasprintf("cap_drop=%#" PRIx64, s->cap_drop);
+  kv[2] = xasprintf("seccomp=%s", s->unconfined ? "unconfined" : "default");
+  kv[3] = xasprintf("read_only=%d", s->readonly);
+}
+
+int ct_sec_set_key(struct ct_sec *s, const char *key, const char *v)
+{
+  if (!strcmp(key, "cap_add") || !strcmp(key, "cap_drop")) {
+    char *end;
+    errno = 0;
+    unsigned long long m = strtoull(v, &end, 0);
+    if (errno || end == v || *end || v[0] == '-' || (NCAPS < 64 && m >> NCAPS))
+      return ct_usage("%s: '%s' is not a capability mask", key, v);
+    *(!strcmp(key, "cap_add") ? &s->cap_add : &s->cap_drop) = m;
+    return 1;
+  }
+  if (!strcmp(key, "seccomp"))
+    return ct_sec_opt(0x122, v, s);
+  if (!strcmp(key, "read_only")) {
+    if (strcmp(v, "0") && strcmp(v, "1"))
+      return ct_usage("read_only: '%s' is not 0 or 1", v);
+    s->readonly = v[0] == '1';
+    return 1;
+  }
+  return 0;
+}
+
 int ct_sec_save(const char *name, const char *file, const struct ct_sec *s)
 {
-  char *kv[] = {xasprintf("cap_add=%#" PRIx64, s->cap_add), xasprintf("cap_drop=%#" PRIx64, s->cap_drop),
-                xasprintf("seccomp=%s", s->unconfined ? "unconfined" : "default"),
-                xasprintf("read_only=%d", s->readonly)};
-  int rc = ct_kv_set(name, file, (const char *const *)kv, 4, false);
-  for (int i = 0; i < 4; i++)
+  char *kv[CT_SEC_KV];
+  ct_sec_kv(s, kv);
+  int rc = ct_kv_set(name, file, (const char *const *)kv, CT_SEC_KV, false);
+  for (int i = 0; i < CT_SEC_KV; i++)
     free(kv[i]);
   return rc;
 }

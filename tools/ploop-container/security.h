@@ -28,6 +28,11 @@ int ct_sec_opt(int opt, const char *arg, struct ct_sec *s);
 /* The capability set the container gets. */
 uint64_t ct_sec_caps(const struct ct_sec *s);
 /* Saves/loads the fields in ROOT/NAME/FILE (state: so `exec` applies the same). */
+/* S as "key=value" strings (malloc'd), the keys ct_sec_save writes; and
+ * back, one key at a time: 1 ours, 0 not, -1 bad value (usage error). */
+#define CT_SEC_KV 4
+void ct_sec_kv(const struct ct_sec *s, char *kv[CT_SEC_KV]);
+int ct_sec_set_key(struct ct_sec *s, const char *key, const char *value);
 int ct_sec_save(const char *name, const char *file, const struct ct_sec *s);
 int ct_sec_load(const char *name, const char *file, struct ct_sec *s);
 

@@ -8,14 +8,16 @@
 
 #include "error.h"
 #include "migrate.h"
+#include "migrate-tls.h"
 #include "util.h"
 #include "verbs.h"
 
 static const char help[] =
     "usage: ploop-container migrate NAME ADDR:PORT [--offline] [--criu PATH | --no-criu]\n"
     "         [--keep-source] [--json] [--max-rounds N] [--min-round BYTES] [--timeout S]\n"
-    "         [--auth FILE]\n"
+    "         [--auth FILE] [--tls=off|on|require] [--tls-psk FILE | --tls-certificates DIR]\n"
     "       ploop-container migrate --resolve NAME [--commit | --abort] [--to ADDR:PORT]\n"
+    "         [--auth FILE] [--tls-psk FILE | --tls-certificates DIR]\n"
     "Moves NAME to the host where `ploop-container receive --listen ADDR:PORT` runs.\n"
     "Online (the default for a running container): round 0 streams the disk below a\n"
     "snapshot while the container runs; each next round streams what changed since\n"
@@ -29,6 +31,12 @@ static const char help[] =
     "hosts) the processes move with their memory; else the command starts again.\n"
     "--auth FILE: a shared token (the same file as `receive --auth`); both sides\n"
     "prove they hold it before any data moves.\n"
+    "--tls-psk FILE: TLS with a pre-shared key (psktool's IDENTITY:HEXKEY lines; the\n"
+    "first one's identity), the receiver's --tls-psk file. --tls-certificates DIR:\n"
+    "TLS with X.509: DIR/ca-cert.pem checks the receiver's certificate and its name\n"
+    "(ADDR), DIR/client-cert.pem + client-key.pem are shown when present. Either one\n"
+    "means --tls=require (on is the same here: a source does not fall back to\n"
+    "plaintext); --tls=off refuses them. TLS and --auth are independent.\n"
     "Exit 6: in doubt (COMMIT sent, no answer): the container stays frozen here until\n"
     "`migrate --resolve NAME` asks the destination, or --commit/--abort decide.\n";
 
@@ -93,8 +101,9 @@ int verb_migrate(int argc, char **argv)
       {"min-round", required_argument, NULL, 'm'}, {"timeout", required_argument, NULL, 't'},
       {"resolve", no_argument, NULL, 'R'},      {"commit", no_argument, NULL, 'C'},
       {"abort", no_argument, NULL, 'A'},        {"to", required_argument, NULL, 'T'},
-      {"auth", required_argument, NULL, 'a'},
+      {"auth", required_argument, NULL, 'a'},   MIG_TLS_LONGOPTS,
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+  struct mig_tls_args tls = {0};
   struct mig_opts o = {.max_rounds = MIG_DEFAULT_ROUNDS, .min_round = MIG_DEFAULT_MIN_ROUND,
                        .timeout_s = MIG_DEFAULT_TIMEOUT};
   bool json = false, resolve = false;
@@ -140,13 +149,18 @@ int verb_migrate(int argc, char **argv)
       o.auth = &auth;
       break;
     case 'h': fputs(help, stdout); return 0;
-    default: return ct_usage("migrate: bad option '%s' (see migrate --help)", argv[optind - 1]);
+    default:
+      if (mig_tls_option(&tls, c, optarg))
+        break;
+      return ct_usage("migrate: bad option '%s' (see migrate --help)", argv[optind - 1]);
     }
   }
+  if (mig_tls_setup(&tls, false) < 0)
+    return -1;
   if (resolve) {
     if (argc - optind != 1)
-      return ct_usage("usage: migrate --resolve NAME [--commit | --abort] [--to ADDR:PORT]");
-    return migrate_resolve(argv[optind], to, decision, o.timeout_s) < 0 ? -1 : 0;
+      return ct_usage("usage: migrate --resolve NAME [--commit | --abort] [--to ADDR:PORT] [--auth FILE]");
+    return migrate_resolve(argv[optind], to, decision, o.timeout_s, o.auth) < 0 ? -1 : 0;
   }
   if (decision || to)
     return ct_usage("--commit, --abort and --to go with --resolve");

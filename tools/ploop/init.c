@@ -21,7 +21,7 @@ static int run_init(int argc, char **argv)
   };
   struct ploop_delta_create_params p = {0};
   bool have_size = false;
-  const char *fstype = "none";
+  const char *fstype = NULL; /* ext4 for a disk in files, as OpenVZ's ploop */
   struct ploop_fs_opts fs = {0};
   bool fs_opts = false;
   int c;
@@ -73,18 +73,25 @@ static int run_init(int argc, char **argv)
   }
   if (!have_size)
     return cli_usage_error("-s SIZE is required");
+  if (!cli_positional(argc, argv, 1, "DELTA (e.g. DIR/root.hds)"))
+    return EXIT_USAGE;
+  const char *arg = argv[optind];
+  bool rbd = strncmp(arg, "rbd:", 4) == 0;
+  if (rbd && fstype && strcmp(fstype, "none") != 0)
+    return cli_usage_error("%s: -t makes a filesystem on a disk in files; for an rbd disk, "
+                           "`ploop mount` it and run mkfs",
+                           arg);
+  if (!fstype)
+    fstype = rbd ? "none" : "ext4";
   bool make_fs = strcmp(fstype, "none") != 0;
   if (make_fs && strcmp(fstype, "ext4") != 0 && strcmp(fstype, "ext3") != 0 &&
       strcmp(fstype, "xfs") != 0)
     return cli_usage_error("-t: unknown file system '%s' (none, ext4, ext3 or xfs)", fstype);
   if (fs_opts && !make_fs)
-    return cli_usage_error("-n and -B apply to the filesystem; give -t ext4, ext3 or xfs");
-  if (!cli_positional(argc, argv, 1, "DELTA (e.g. DIR/root.hds)"))
-    return EXIT_USAGE;
+    return cli_usage_error("-n and -B apply to the filesystem; they do not go with -t none");
 
   /* A directory argument means DIR/root.hds, as ploop's own layout has it. */
   char path[4096];
-  const char *arg = argv[optind];
   struct stat st;
   if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
     snprintf(path, sizeof path, "%s/%s", arg, PLOOP_DEFAULT_IMAGE_NAME);
@@ -121,9 +128,10 @@ const struct cli_verb verb_init = {
                "  -b, --blocksize SECTORS   cluster size in 512-byte sectors, a power of two\n"
                "                            from 64 (32 KiB) to 131072 (64 MiB); default 2048\n"
                "  -v, --format-version 1|2  image format version; default 2\n"
-               "  -t, --fstype TYPE         file system to make inside: none (the default, a\n"
-               "                            bare disk), ext4, ext3 or xfs (needs root: made\n"
-               "                            through a local attach, like ploop mount)\n"
+               "  -t, --fstype TYPE         file system to make inside: ext4 (the default, as\n"
+               "                            OpenVZ's ploop), ext3, xfs, or none for a bare\n"
+               "                            disk; made through a local attach like ploop\n"
+               "                            mount (needs root); an rbd: disk is made bare\n"
                "  -n, --nolazy              ext3/ext4: initialise inode tables and journal\n"
                "                            now, not lazily after the first mount\n"
                "  -B, --fsblocksize BYTES   filesystem block size (1024..65536, a power of two)\n"
