@@ -145,4 +145,50 @@ src stop f --timeout 2 >/dev/null 2>&1
 wait_state_root "$SRC" f stopped || fail "f did not stop"
 timeout 60 "$PLOOP" check "rbd:rbd/mig2?conf=$CONF" >/dev/null || fail "check of the disk after the rollback"
 src destroy f
+
+# In doubt: COMMIT sent, the destination stopped (SIGSTOP) around reading
+# it, then killed. The source stays frozen with its disk released; `migrate
+# --resolve` asks a new receiver. Not committed there: the copy there is
+# discarded (letting the disk go) and the source takes its disk back and
+# runs on. Committed: the source's copy goes and the disk there holds every
+# acknowledged record. Never both.
+rbd_writer g "rbd:rbd/mig4?conf=$CONF"
+start_receiver
+rc=0
+PLOOP_MIGRATE_HOOK_PHASE=commit PLOOP_MIGRATE_HOOK="kill -STOP $RECV_PID" migrate g --no-criu --timeout 3 \
+  >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 6 ]] || fail "in doubt: exit $rc, not 6: $(cat "$TMP/err")"
+[[ $(state_of "$SRC" g) == frozen ]] || fail "in doubt: the source is $(state_of "$SRC" g), not frozen"
+kill -9 "$RECV_PID"
+wait_receiver >/dev/null
+acked=$(last_ack)
+start_receiver
+timeout 60 "$PLOOP_CONTAINER" --root "$SRC" migrate --resolve g --timeout 5 >"$TMP/resolve" 2>&1
+kill -9 "$RECV_PID"
+if grep -q aborted "$TMP/resolve"; then
+  [[ $(state_of "$SRC" g) == running ]] || fail "g is $(state_of "$SRC" g) after the abort, not running"
+  [[ ! -e $DST/g ]] || fail "the destination kept g"
+  n1=$(check_log "$SRC/g/rootfs/log") || fail "source log broken"
+  sleep 0.5
+  ack=$(last_ack)
+  n2=$(check_log "$SRC/g/rootfs/log") || fail "source log broken"
+  ((n2 > n1)) || fail "the writer does not go on after the resolve ($n1 -> $n2)"
+  ((n2 >= ack)) || fail "acknowledged record $ack is not in the source's log ($n2)"
+  src stop g --timeout 2 >/dev/null 2>&1
+  wait_state_root "$SRC" g stopped || fail "g did not stop"
+  src destroy g
+  echo "in doubt, not committed: resolved by asking (aborted)"
+elif grep -q committed "$TMP/resolve"; then
+  [[ ! -e $SRC/g ]] || fail "the source kept g after a committed resolve"
+  dst stop g --timeout 2 >/dev/null 2>&1 || true
+  wait_state_root "$DST" g stopped || fail "g did not stop at the destination"
+  timeout 60 "$PLOOP" export -o "$TMP/g.raw" "rbd:rbd/mig4" >/dev/null || fail "export of g's disk"
+  debugfs -R 'cat /log' "$TMP/g.raw" 2>/dev/null >"$TMP/g.log"
+  n=$(check_log "$TMP/g.log") || fail "g's log broken"
+  ((n >= acked)) || fail "acknowledged record $acked is not on g's disk ($n)"
+  dst destroy g
+  echo "in doubt, committed: resolved by asking (committed)"
+else
+  fail "resolve: $(cat "$TMP/resolve") / $(cat "$TMP/recv.err")"
+fi
 echo PASS
