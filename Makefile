@@ -78,24 +78,34 @@ $(BUILD)/lib/libploop.pc: libploop/libploop.pc.in
 	@mkdir -p $(dir $@)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' $< > $@
 
-$(BUILD)/bin/ploop: $(call obj,$(PLOOP_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
-	@mkdir -p $(dir $@)
-	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -lblkid -lm -lgnutls
-
-$(BUILD)/bin/ploop-nbd: $(call obj,$(NBD_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
-	@mkdir -p $(dir $@)
-	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(LIBS) -luring -lblkid -lgnutls
-
-# Without -lxml2: tools/ploop-container/xml-lazy.c loads it on first use;
-# the small C libraries linked statically where the host has their archives:
-# each shared object is ~0.3 ms of mapping and relocation at every start.
+# libext2fs only in ploop (offline compaction, kmod-free-nbd/client/fs-compact-offline.c):
+# the other binaries never pull that object out of the client archive.
+# No -lxml2 in the binaries: libploop/lazy/xml-lazy.c loads libxml2 when
+# the descriptor's own reader gives up or a descriptor is written.
+XML_LAZY := $(call obj,libploop/lazy/xml-lazy.c)
+# No -lgnutls anywhere: tls/gnutls-lazy.c (in $(TLS_A)) loads GnuTLS on the
+# first TLS call. The small C libraries are linked statically where the host
+# has their archives: each shared object is ~0.3 ms of mapping and relocation
+# at every start, and an attach starts a ploop-nbd per disk.
 LD_STATIC  := -Wl,-Bstatic
 LD_DYNAMIC := -Wl,-Bdynamic
-CT_STATIC := $(foreach l,aio uuid xxhash z blkid seccomp nettle,$(if $(wildcard /usr/lib/$(shell $(CC) -dumpmachine)/lib$(l).a),-l$(l)))
-CT_LIBS   := $(filter-out -lxml2 $(CT_STATIC),$(LIBS) -lblkid -lz -lseccomp -lgnutls -lnettle) $(if $(CT_STATIC),$(LD_STATIC) $(CT_STATIC) $(LD_DYNAMIC)) -ldl
-$(BUILD)/bin/ploop-container: $(call obj,$(CT_SRC)) $(CLIENT_A) $(TLS_A) $(LIB_A)
+static_libs = $(foreach l,$(1),$(if $(wildcard /usr/lib/$(shell $(CC) -dumpmachine)/lib$(l).a),-l$(l)))
+CT_STATIC := $(call static_libs,aio uuid xxhash z blkid seccomp nettle)
+NBD_STATIC := $(call static_libs,aio xxhash z blkid uuid uring)
+NBD_LIBS  := $(filter-out -lxml2 $(NBD_STATIC),$(LIBS) -luring -lblkid) $(if $(NBD_STATIC),$(LD_STATIC) $(NBD_STATIC) $(LD_DYNAMIC)) -ldl
+
+$(BUILD)/bin/ploop: $(call obj,$(PLOOP_SRC)) $(XML_LAZY) $(CLIENT_A) $(TLS_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(filter-out -lxml2,$(LIBS)) -lblkid -lm -lext2fs -lcom_err
+
+$(BUILD)/bin/ploop-nbd: $(call obj,$(NBD_SRC)) $(XML_LAZY) $(CLIENT_A) $(TLS_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(NBD_LIBS)
+
+CT_LIBS   := $(filter-out -lxml2 $(CT_STATIC),$(LIBS) -lblkid -lz -lseccomp -lnettle) $(if $(CT_STATIC),$(LD_STATIC) $(CT_STATIC) $(LD_DYNAMIC)) -ldl
+$(BUILD)/bin/ploop-container: $(call obj,$(CT_SRC)) $(XML_LAZY) $(CLIENT_A) $(TLS_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  LD      $@")
 	$(Q)$(CC) $(SAN) -pthread -o $@ $^ $(LDFLAGS) $(CT_LIBS)
@@ -188,7 +198,7 @@ FUZZ_TMP := $(shell test -w /dev/shm && echo /dev/shm || echo /tmp)
 FUZZ_ENV := TMPDIR=$(FUZZ_TMP) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 # Extra objects per harness: the NBD server without its main(), and the
 # tar extraction of ploop-container with what it calls.
-FUZZ_NBD_OBJ = $(call obj,$(addprefix kmod-free-nbd/server/,budget.c connection.c exports.c handshake.c transmission.c))
+FUZZ_NBD_OBJ = $(call obj,$(addprefix kmod-free-nbd/server/,async.c budget.c connection.c exports.c handshake.c transmission.c))
 FUZZ_TAR_OBJ = $(call obj,$(addprefix tools/ploop-container/,fill-tar.c error.c util.c))
 
 fuzz-build:

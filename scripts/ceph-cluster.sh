@@ -2,7 +2,7 @@
 # A throwaway Ceph cluster on 127.0.0.1 for tests and benchmarks: one mon and
 # N memstore OSDs (default 2), one pool of size min(N,2), everything under DIR.
 #
-#   scripts/ceph-cluster.sh start DIR [--osds N] [--pool NAME] [--osd-bytes B] [--port P]
+#   scripts/ceph-cluster.sh start DIR [--osds N] [--pool NAME] [--osd-bytes B] [--port P [--ports N]]
 #   scripts/ceph-cluster.sh stop DIR          # daemons by the pids in their pid files
 #   scripts/ceph-cluster.sh kill-osd DIR ID   # SIGKILL one OSD (fault tests)
 #   scripts/ceph-cluster.sh start-osd DIR ID  # bring it back
@@ -68,13 +68,14 @@ start) ;;
 *) die "unknown command '$cmd'" ;;
 esac
 
-osds=2 pool=rbd osd_bytes=$((1 << 30)) port=
+osds=2 pool=rbd osd_bytes=$((1 << 30)) port= ports=20
 while (($#)); do
   case $1 in
   --osds) osds=$2; shift 2 ;;
   --pool) pool=$2; shift 2 ;;
   --osd-bytes) osd_bytes=$2; shift 2 ;;
   --port) port=$2; shift 2 ;;
+  --ports) ports=$2; shift 2 ;;
   *) die "unknown option '$1'" ;;
   esac
 done
@@ -87,7 +88,8 @@ dir=$(cd "$dir" && pwd)
 mkdir -p "$dir/run" "$dir/log" "$dir/mon"
 
 # A port block of 20 in 40000-59999, chosen by the directory's path.
-# --port P: the block P..P+19 instead (a test's own port range).
+# --port P: the block P..P+19 instead (a test's own port range); --ports N
+# makes it P..P+N-1 (an OSD binds 8 ports, the mon 2).
 base=$((40000 + ($(printf '%s' "$dir" | cksum | cut -d' ' -f1) % 1000) * 20))
 [[ -n $port ]] && base=$port
 size=$((osds < 2 ? osds : 2))
@@ -100,7 +102,7 @@ public addr = 127.0.0.1
 cluster addr = 127.0.0.1
 ms bind ipv6 = false
 ms bind port min = $((base + 2))
-ms bind port max = $((base + 19))
+ms bind port max = $((base + ports - 1))
 auth cluster required = none
 auth service required = none
 auth client required = none

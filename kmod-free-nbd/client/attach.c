@@ -1,6 +1,7 @@
 /* Local attach: spawn ploop-nbd with a FUSE export, bind a loop device with
  * direct I/O to the FUSE file, mount the filesystem; and the reverse.  Each
  * attachment's state is a small key=value file under PLOOP_ATTACH_RUN_DIR. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -144,18 +145,6 @@ static void log_last_line(const char *log, char *msg, size_t len)
   attach_copy_field(msg, len, start ? start + 1 : buf);
 }
 
-static pid_t read_pid_file(const char *path)
-{
-  FILE *f = fopen(path, "re");
-  if (!f)
-    return -1;
-  int pid = -1;
-  if (fscanf(f, "%d", &pid) != 1)
-    pid = -1;
-  fclose(f);
-  return pid;
-}
-
 /* The FUSE file is ready when it is a regular file on a filesystem other
  * than the one holding the (still empty) mount point directory. */
 static bool fuse_ready(const char *fuse_dir, dev_t parent_dev)
@@ -216,7 +205,7 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
   if (stat(p->fuse_dir, &parent) < 0)
     return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", p->fuse_dir, strerror(errno));
   unlink(p->pid_file);
-  char *argv[16];
+  char *argv[20];
   int a = 0;
   argv[a++] = exe;
   argv[a++] = "--fuse";
@@ -225,9 +214,12 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
   argv[a++] = PLOOP_ATTACH_FUSE_FILE;
   argv[a++] = "-U";
   argv[a++] = (char *)p->nbd_socket;
-  argv[a++] = "-d";
   argv[a++] = "--pid-file";
   argv[a++] = (char *)p->pid_file;
+  /* The daemon is our child (no fork of its own, no intermediate process
+   * to wait out): it says "ok" or why it failed on fd 3. */
+  argv[a++] = "--ready-fd";
+  argv[a++] = "3";
   /* A read-only attach of the top is enforced by the read-only loop device
    * and mount; the daemon serves the top as usual (and keeps its control
    * socket for `ploop snapshot`).  Snapshots are served read-only. */
@@ -245,61 +237,87 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
   int log = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (log < 0)
     return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", p->log, strerror(errno));
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) < 0) {
+    int e = errno;
+    close(log);
+    return ploop_set_error(PLOOP_ERR_GENERIC, e, "pipe: %s", strerror(e));
+  }
   pid_t child = fork();
   if (child < 0) {
     int e = errno;
     close(log);
+    close(ready[0]);
+    close(ready[1]);
     return ploop_set_error(PLOOP_ERR_GENERIC, e, "fork: %s", strerror(e));
   }
   if (child == 0) {
-    /* Its own session: the daemon must outlive the CLI and its terminal. */
+    /* Its own session: the daemon must outlive the CLI and its terminal.
+     * Nor does it inherit the signals a caller blocks (a container's
+     * monitor blocks SIGCHLD, SIGUSR1, ... for its signalfd). */
     setsid();
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0)
       dup2(devnull, 0);
     dup2(log, 1);
     dup2(log, 2);
+    if (ready[1] == 3)
+      fcntl(3, F_SETFD, 0);
+    else
+      dup2(ready[1], 3);
     execvp(argv[0], argv);
     dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
   close(log);
+  close(ready[1]);
 
-  /* With -d the daemon forks and its first process exits once the export
-   * is ready (0) or has failed (1, with the reason in the log); the pid
-   * file names the process that stays. */
-  int status = 0;
-  bool exited = false;
-  pid_wait_exit(child, DAEMON_START_TIMEOUT_MS);  /* the poll below then finds it at once */
-  for (unsigned waited = 0; waited <= DAEMON_START_TIMEOUT_MS; waited += 10) {
-    pid_t r = waitpid(child, &status, WNOHANG);
-    if (r == child || (r < 0 && errno == ECHILD)) {
-      exited = true;
+  /* "ok" once the export is ready; else the reason, or EOF if it died. */
+  char msg[512];
+  size_t got = 0;
+  bool timed_out = false;
+  struct pollfd pfd = {.fd = ready[0], .events = POLLIN};
+  for (;;) {
+    int r = poll(&pfd, 1, DAEMON_START_TIMEOUT_MS);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      timed_out = true;
       break;
     }
-    sleep_ms(10);
+    ssize_t n = read(ready[0], msg + got, sizeof(msg) - 1 - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    got += (size_t)n;
+    if (got == sizeof(msg) - 1)
+      break;
   }
-  pid_t pid = read_pid_file(p->pid_file);
-  if (!exited || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || pid <= 0 ||
-      !fuse_ready(p->fuse_dir, parent.st_dev)) {
-    char msg[512];
+  close(ready[0]);
+  msg[got] = 0;
+  bool ok = got == 2 && memcmp(msg, "ok", 2) == 0;
+  if (ok && fuse_ready(p->fuse_dir, parent.st_dev)) {
+    *pid_out = child;
+    return 0;
+  }
+  if (ok)
+    daemon_stop(child, p->fuse_dir);  /* SIGTERM: it clears the in-use mark */
+  else if (timed_out)
+    kill(child, SIGKILL);
+  waitpid(child, NULL, 0);  /* a failed start exits by itself */
+  umount2(p->fuse_dir, MNT_DETACH);
+  if (timed_out)
+    return ploop_set_error(PLOOP_ERR_GENERIC, ETIMEDOUT, "ploop-nbd did not export %s in %d s",
+                           disk_dir, DAEMON_START_TIMEOUT_MS / 1000);
+  if (!got)
     log_last_line(p->log, msg, sizeof(msg));
-    if (!exited) {
-      kill(child, SIGKILL);
-      waitpid(child, NULL, 0);
-    }
-    if (pid > 0)
-      daemon_stop(pid, p->fuse_dir);
-    umount2(p->fuse_dir, MNT_DETACH);
-    if (!exited)
-      return ploop_set_error(PLOOP_ERR_GENERIC, ETIMEDOUT, "ploop-nbd did not export %s in %d s",
-                             disk_dir, DAEMON_START_TIMEOUT_MS / 1000);
-    const char *why = strncmp(msg, "ploop-nbd: ", 11) == 0 ? msg + 11 : msg;
-    return ploop_set_error(PLOOP_ERR_GENERIC, EIO, "ploop-nbd failed: %s",
-                           why[0] ? why : "exited without a message");
-  }
-  *pid_out = pid;
-  return 0;
+  const char *why = strncmp(msg, "ploop-nbd: ", 11) == 0 ? msg + 11 : msg;
+  return ploop_set_error(PLOOP_ERR_GENERIC, EIO, "ploop-nbd failed: %s",
+                         why[0] ? why : "exited without a message");
 }
 
 /* ---- loop device ------------------------------------------------------ */
@@ -401,6 +419,38 @@ static int loop_detach(const char *dev, const struct paths *p)
   return rc;
 }
 
+/* The loop device bound to our FUSE file, found by its backing file: an
+ * attach killed between binding it and recording it left it unnamed. */
+static void loop_find_bound(const struct paths *p, char *dev, size_t len)
+{
+  char want[PATH_MAX + 16];
+  snprintf(want, sizeof(want), "%s/%s", p->fuse_dir, PLOOP_ATTACH_FUSE_FILE);
+  DIR *d = opendir("/sys/block");
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, "loop", 4) != 0)
+      continue;
+    char path[300], back[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "/sys/block/%s/loop/backing_file", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    ssize_t n = read(fd, back, sizeof(back) - 1);
+    close(fd);
+    if (n <= 0)
+      continue;
+    back[n] = 0;
+    back[strcspn(back, "\n")] = 0;
+    if (strcmp(back, want) == 0) {
+      snprintf(dev, len, "/dev/%.40s", e->d_name);
+      break;
+    }
+  }
+  closedir(d);
+}
+
 /* ---- mount ------------------------------------------------------------ */
 
 /* mount(8)-style options: the generic ones are MS_* flags for mount(2), the
@@ -478,11 +528,30 @@ static int fs_mount(const char *dev, const char *mp, const char *fstype, bool re
 
 /* ---- attach / umount -------------------------------------------------- */
 
+/* The pid ploop-nbd wrote in its pid file, or -1. */
+static pid_t read_pid_file(const char *path)
+{
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return -1;
+  int pid = -1;
+  if (fscanf(f, "%d", &pid) != 1)
+    pid = -1;
+  fclose(f);
+  return pid;
+}
+
 /* Undoes what INFO records, newest step first.  Keeps going after a failed
  * step so that as much as possible is released; returns the first error. */
 static int teardown(struct ploop_attach_info *i, const struct paths *p)
 {
   int rc = 0;
+  /* Recorded before its daemon and device were (an attach killed half-way):
+   * find them by the daemon's pid file and the device's backing file. */
+  if (i->daemon_pid <= 0)
+    i->daemon_pid = read_pid_file(p->pid_file);
+  if (!i->device[0])
+    loop_find_bound(p, i->device, sizeof(i->device));
   /* After a crash and a manual cleanup the device number may belong to
    * another attachment now: then neither it nor its mount is ours. */
   if (i->device[0] && !loop_device_is_ours(i->device, p)) {
@@ -579,6 +648,10 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
   char want_mp[PATH_MAX];
   snprintf(want_mp, sizeof(want_mp), "%s", i.mount_point);
   i.mount_point[0] = 0;
+  /* On record before anything runs: an attach killed at any step leaves a
+   * state that `ploop umount DISK` (teardown) undoes. */
+  if (attach_state_write(p.state, &i) < 0)
+    goto fail;
   if (daemon_start(i.disk_dir, &p, i.snapshot_guid, i.readonly, o->standby, &i.daemon_pid) < 0)
     goto fail;
   if (attach_state_write(p.state, &i) < 0)
@@ -641,6 +714,51 @@ int ploop_attach_umount(const char *what)
   int rc = teardown(&i, &p);
   if (rc < 0 && access(p.state, F_OK) == 0)
     attach_state_write(p.state, &i); /* what is left, for the next try */
+  attach_unlock(lock);
+  return rc;
+}
+
+int ploop_attach_mount_fs(const char *what, const struct ploop_attach_opts *o)
+{
+  if (!what || !o || !o->mount_point)
+    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "mount: no attachment or mount point given");
+  char mp[PATH_MAX];
+  struct stat st;
+  if (!realpath(o->mount_point, mp) || stat(mp, &st) < 0)
+    return ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "mount point %s: %s", o->mount_point, strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    return ploop_set_error(PLOOP_ERR_PARAM, ENOTDIR, "mount point %s is not a directory", o->mount_point);
+  int lock = attach_lock();
+  if (lock < 0)
+    return -1;
+  struct ploop_attach_info i;
+  int rc = -1;
+  if (attach_state_find(what, &i) < 0)
+    goto out;
+  if (!i.daemon_alive) {
+    ploop_set_error(PLOOP_ERR_GENERIC, EIO, "%s: its ploop-nbd died; run `ploop umount %s`", i.disk_dir,
+                    i.disk_dir);
+    goto out;
+  }
+  if (i.mount_point[0]) {
+    ploop_set_error(PLOOP_ERR_BUSY, EBUSY, "%s is mounted on %s already", i.device, i.mount_point);
+    goto out;
+  }
+  if (o->fstype)
+    snprintf(i.fstype, sizeof(i.fstype), "%s", o->fstype);
+  else if (ploop_fs_probe(i.device, i.fstype, sizeof(i.fstype)) < 0)
+    goto out;
+  if (fs_mount(i.device, mp, i.fstype, i.readonly || o->readonly, o->mount_flags, o->mount_data) < 0)
+    goto out;
+  snprintf(i.mount_point, sizeof(i.mount_point), "%s", mp);
+  struct paths p;
+  make_paths(i.disk_dir, i.snapshot_guid, &p);
+  if (attach_state_write(p.state, &i) < 0) {
+    umount2(mp, 0);
+    goto out;
+  }
+  rc = 0;
+out:
   attach_unlock(lock);
   return rc;
 }

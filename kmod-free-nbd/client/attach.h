@@ -67,6 +67,14 @@ struct ploop_attach_info {
 int ploop_attach_mount(const char *disk_dir, const struct ploop_attach_opts *o,
                        struct ploop_attach_info *out);
 
+/* Mounts the filesystem of a disk attached without a mount point: WHAT names
+ * the attachment (as for umount), O->mount_point where to mount it, and
+ * O->fstype, mount_data, mount_flags and readonly as for ploop_attach_mount
+ * (the rest of O is ignored). ploop_attach_umount then undoes both steps.
+ * Lets a caller attach early and mount only when the device holds what it
+ * should (a migration applies its last round to the device in between). */
+int ploop_attach_mount_fs(const char *what, const struct ploop_attach_opts *o);
+
 /* Undoes an attach in reverse: unmounts the filesystem, detaches the loop
  * device, stops the daemon (SIGTERM, waits for it to close the image cleanly)
  * and removes its FUSE mount and state.  WHAT is the disk directory (its top
@@ -104,6 +112,23 @@ int ploop_attach_resize(const char *what, uint64_t new_bytes);
  * into the holes so the image file shrinks.  *RECLAIMED (may be NULL)
  * receives the bytes the image file shrank by. */
 int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaimed);
+
+/* Offline compaction of a disk nobody serves (OpenVZ users' `ploop
+ * compact` / `balloon discard` of a stopped container): the ext2/3/4
+ * filesystem on it is read through libext2fs straight from the image (no
+ * device), the top delta's clusters that hold only free blocks (or lie
+ * past the filesystem's end) are discarded, then the image is compacted as
+ * online.  Other filesystems are refused before anything is opened for
+ * writing (they are compacted mounted), as is a filesystem that is not
+ * clean (journal to replay, errors).  ploop_cancel() stops it between two
+ * clusters with a consistent image (PLOOP_ERR_CANCELLED). */
+struct ploop_offline_compact_stats {
+  char fstype[32];             /* "ext2/3/4", or what was found instead */
+  uint64_t clusters_discarded; /* top clusters given back */
+  uint64_t bytes_discarded;
+  uint64_t bytes_reclaimed;    /* the image file shrank by */
+};
+int ploop_fs_compact_offline(const char *disk_dir, struct ploop_offline_compact_stats *st);
 
 /* ---- filesystem helpers (on a device path) ---------------------------- */
 

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 
 /* The low bits of a CQE's user_data say what completed for the entry. */
@@ -53,6 +54,11 @@ struct ring_thread {
   unsigned cpu; /* whose queue it serves with all but one-entry queues */
   unsigned nent;
   struct ring_ent *ent;
+  /* Every entry's header page and payload, carved from one mapping: 2 x 32
+   * separate 1 MiB allocations were 64 mmaps at each attach and 64 munmaps,
+   * each a TLB shootdown across our threads, at each detach. */
+  void *area;
+  size_t area_len;
   struct io_uring ring;
   bool ring_ok;
   pthread_t tid;
@@ -88,7 +94,14 @@ struct fs_uring {
   struct ring_ent *whead, **wtail;
   bool wstop;
   unsigned walive;
+  /* Workers start on demand: a few at first (each is a thread and an
+   * io_uring to make at every attach and tear down at every detach, while
+   * a container's start needs one or two), another whenever more entries
+   * wait than workers idle, up to NWORKERS. */
+  unsigned wstarted, widle, wqueued;
 };
+
+#define WORKERS_AT_START 2
 
 void fs_uring_stats(const struct fs_uring *u, struct fs_stats *st)
 {
@@ -204,14 +217,22 @@ void fs_submit_io(struct fs_req *r, const struct fs_io_seg *seg, unsigned n, boo
   e->io_arg = arg;
 }
 
+static bool start_worker(struct fs_uring *u, struct worker *w);
+
 static void enqueue_worker(struct fs_uring *u, struct ring_ent *e)
 {
   e->next = NULL;
   pthread_mutex_lock(&u->wlock);
   *u->wtail = e;
   u->wtail = &e->next;
+  u->wqueued++;
+  /* A worker that fails to start leaves the entry to the running ones. */
+  bool grow = u->wqueued > u->widle && u->wstarted < u->nworkers && !u->wstop;
+  unsigned slot = grow ? u->wstarted++ : 0;
   pthread_cond_signal(&u->wcond);
   pthread_mutex_unlock(&u->wlock);
+  if (grow)
+    start_worker(u, &u->w[slot]);
 }
 
 /* Takes the entry on to what the handler left it waiting for: an I/O on
@@ -302,13 +323,18 @@ static int setup(struct ring_thread *rt)
   if (rc < 0)
     return rc;
   rt->ring_ok = true;
+  /* Untouched pages cost nothing: memory stays as resident as before. */
+  size_t len = (size_t)rt->nent * (FS_IO_ALIGN + FS_IO_MAX);
+  void *area = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (area == MAP_FAILED)
+    return -ENOMEM;
+  rt->area = area;
+  rt->area_len = len;
   for (unsigned i = 0; i < rt->nent; i++) {
     struct ring_ent *e = &rt->ent[i];
     e->rt = rt;
-    if (posix_memalign((void **)&e->hdr, FS_IO_ALIGN, FS_IO_ALIGN) != 0 ||
-        posix_memalign(&e->payload, FS_IO_ALIGN, FS_IO_MAX) != 0)
-      return -ENOMEM;
-    memset(e->hdr, 0, FS_IO_ALIGN);
+    e->payload = (char *)area + (size_t)i * FS_IO_MAX;
+    e->hdr = (void *)((char *)area + (size_t)rt->nent * FS_IO_MAX + (size_t)i * FS_IO_ALIGN);
     e->iov[0] = (struct iovec){.iov_base = e->hdr, .iov_len = sizeof(*e->hdr)};
     e->iov[1] = (struct iovec){.iov_base = e->payload, .iov_len = FS_IO_MAX};
     prep_cmd(rt, e, PLOOP_FUSE_IO_URING_CMD_REGISTER);
@@ -397,11 +423,15 @@ static void *worker_thread(void *arg)
   fs_thread_init("ploop-fuse-work");
   pthread_mutex_lock(&u->wlock);
   for (;;) {
-    while (!u->whead && !u->wstop)
+    while (!u->whead && !u->wstop) {
+      u->widle++;
       pthread_cond_wait(&u->wcond, &u->wlock);
+      u->widle--;
+    }
     struct ring_ent *e = u->whead;
     if (!e)
       break; /* stopping, and nothing left to answer */
+    u->wqueued--;
     u->whead = e->next;
     if (!u->whead)
       u->wtail = &u->whead;
@@ -429,6 +459,26 @@ static void *worker_thread(void *arg)
   pthread_cond_broadcast(&u->wcond);
   pthread_mutex_unlock(&u->wlock);
   return NULL;
+}
+
+/* W's ring (for MSG_RING back to the serving threads) and thread. */
+static bool start_worker(struct fs_uring *u, struct worker *w)
+{
+  w->u = u;
+  w->ring_ok = io_uring_queue_init(4, &w->ring, 0) == 0;
+  if (!w->ring_ok)
+    return false;
+  pthread_mutex_lock(&u->wlock);
+  u->walive++;
+  pthread_mutex_unlock(&u->wlock);
+  if (pthread_create(&w->tid, NULL, worker_thread, w) != 0) {
+    pthread_mutex_lock(&u->wlock);
+    u->walive--;
+    pthread_mutex_unlock(&u->wlock);
+    return false;
+  }
+  w->started = true;
+  return true;
 }
 
 struct fs_uring *fs_uring_start(struct fs_session *s, unsigned depth, unsigned workers, bool pin,
@@ -498,25 +548,8 @@ struct fs_uring *fs_uring_start(struct fs_session *s, unsigned depth, unsigned w
   }
   free(online);
   free(cpu_thread);
-  for (unsigned i = 0; i < u->nworkers && ok; i++) {
-    struct worker *w = &u->w[i];
-    w->u = u;
-    ok = io_uring_queue_init(4, &w->ring, 0) == 0;
-    w->ring_ok = ok;
-    if (ok) {
-      pthread_mutex_lock(&u->wlock);
-      u->walive++;
-      pthread_mutex_unlock(&u->wlock);
-      if (pthread_create(&w->tid, NULL, worker_thread, w) != 0) {
-        pthread_mutex_lock(&u->wlock);
-        u->walive--;
-        pthread_mutex_unlock(&u->wlock);
-        ok = false;
-      } else {
-        w->started = true;
-      }
-    }
-  }
+  for (; ok && u->wstarted < u->nworkers && u->wstarted < WORKERS_AT_START; u->wstarted++)
+    ok = start_worker(u, &u->w[u->wstarted]);
   if (!ok) {
     fs_uring_free(u, false);
     snprintf(why, why_len, "out of memory, or io_uring refused a worker's ring");
@@ -593,10 +626,8 @@ bool fs_uring_free(struct fs_uring *u, bool detach)
     struct ring_thread *rt = &u->t[i];
     if (rt->ring_ok)
       io_uring_queue_exit(&rt->ring);
-    for (unsigned k = 0; rt->ent && k < rt->nent; k++) {
-      free(rt->ent[k].hdr);
-      free(rt->ent[k].payload);
-    }
+    if (rt->area)
+      munmap(rt->area, rt->area_len);
     free(rt->ent);
   }
   for (unsigned i = 0; u->w && i < u->nworkers; i++)

@@ -16,6 +16,14 @@
 #define CONN_MAX_WORKERS 64u
 
 struct ploop_tls;
+struct conn_async;
+
+/* A request in host byte order. */
+struct request {
+  uint16_t flags, type;
+  uint64_t cookie, offset;
+  uint32_t count;
+};
 
 struct conn {
   int rfd, wfd;
@@ -53,6 +61,7 @@ struct conn {
   bool no_more_workers;
   atomic_uint inflight;       /* requests read and not yet answered */
   uint64_t mem_in_use;        /* payload buffers held, under budget.c's lock */
+  struct conn_async *async;   /* requests in flight on the store (async.c); NULL: none */
 };
 
 /* Whole-buffer socket I/O: 0 on success, -1 on EOF or error (errno set;
@@ -78,5 +87,22 @@ void budget_release(struct conn *c, struct payload_buf *b);
 
 /* Runs the transmission phase until the client disconnects (transmission.c). */
 void transmission(struct conn *c);
+/* Replies (transmission.c); each is written whole under wlock. */
+uint32_t nbd_errno(int e);
+int reply_simple(struct conn *c, uint64_t cookie, uint32_t err, void *data, size_t len);
+int reply_error(struct conn *c, const struct request *r, uint64_t cookie, uint32_t err);
+void chunk_header(struct nbd_structured_reply *h, uint64_t cookie, uint16_t flags, uint16_t type,
+                  uint32_t len);
+
+/* ---- async.c: READ and WRITE kept in flight on a store with its own
+ * asynchronous I/O (ploop_disk_aio_start), answered by a completion
+ * thread woken by the queue's eventfd ---- */
+/* Sets C->async up (it stays NULL when that fails: all synchronous). */
+void async_begin(struct conn *c);
+/* Starts R (payload PB, data BUF) when it can go that way; true: PB and the
+ * reply are the completion thread's now. */
+bool async_start(struct conn *c, const struct request *r, struct payload_buf *pb, uint8_t *buf);
+/* Waits for everything started, answers it, and stops the thread. */
+void async_end(struct conn *c);
 
 #endif

@@ -179,15 +179,15 @@ void exports_close_all(void) {
   for (size_t i = 0; i < g_cfg.ndisks; i++) {
     struct disk_export *de = &g_cfg.disks[i];
     if (!de->disk) continue;
-    /* Connections are gone: drop snapshot exports, then flush and close
-     * the live stack, which clears its in-use mark. */
+    /* Connections are gone: drop snapshot exports, then close the live
+     * stack: the close flushes, then clears its in-use mark (a flush of
+     * our own before it was one more fdatasync of an idle file per detach). */
     while (de->snaps) {
       struct snap_export *s = de->snaps;
       de->snaps = s->next;
       ploop_disk_close(s->disk);
       free(s);
     }
-    if (!ploop_disk_released(de->disk) && ploop_disk_flush(de->disk) < 0) nbd_log("%s: flush: %s", de->dir, ploop_get_error());
     if (ploop_disk_close(de->disk) < 0) nbd_log("%s: close: %s", de->dir, ploop_get_error());
     de->disk = NULL;
   }

@@ -89,6 +89,8 @@ static void usage(FILE *f) {
           "                          (LISTEN_FDS socket activation is used when set)\n"
           "  -d, --daemon            run in the background once serving\n"
           "  -P, --pid-file FILE     write the server's pid to FILE\n"
+          "      --ready-fd FD       as -d without forking, for a caller that forked:\n"
+          "                          \"ok\" or the startup error on FD, then close it\n"
           "  -t, --threads N         request threads per connection (default 16)\n"
           "      --max-inflight-bytes SIZE  payload memory of one connection's requests\n"
           "                          (default 64M); past it, its requests wait unread\n"
@@ -324,7 +326,7 @@ static void noop_handler(int sig) { (void)sig; }
 int main(int argc, char **argv) {
   enum {
     OPT_FUSE = 256, OPT_FUSE_NAME, OPT_CTL_PATH, OPT_CTL, OPT_SNAPSHOT, OPT_MAX_INFLIGHT,
-    OPT_MAX_TOTAL, OPT_IDLE_TIMEOUT, OPT_TLS, OPT_TLS_PSK, OPT_TLS_CERTS, OPT_TLS_VERIFY, OPT_STANDBY
+    OPT_MAX_TOTAL, OPT_IDLE_TIMEOUT, OPT_TLS, OPT_TLS_PSK, OPT_TLS_CERTS, OPT_TLS_VERIFY, OPT_READY_FD, OPT_STANDBY
   };
   static const struct option opts[] = {
       {"unix", required_argument, NULL, 'U'},   {"port", required_argument, NULL, 'p'},
@@ -342,6 +344,7 @@ int main(int argc, char **argv) {
       {"tls-certificates", required_argument, NULL, OPT_TLS_CERTS},
       {"tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY},
       {"standby", no_argument, NULL, OPT_STANDBY},
+      {"ready-fd", required_argument, NULL, OPT_READY_FD},
       {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
   const char *unix_path = NULL, *port = NULL, *bind_addr = NULL, *pid_file = NULL;
@@ -351,6 +354,7 @@ int main(int argc, char **argv) {
   bool tls_given = false;
   int ch;
   opterr = 0; /* one line of our own instead of getopt's */
+  bool ready_fd_given = false;
   while ((ch = getopt_long(argc, argv, "U:p:b:sdP:t:rvhV", opts, NULL)) != -1) {
     switch (ch) {
     case 'U': unix_path = optarg; break;
@@ -359,6 +363,17 @@ int main(int argc, char **argv) {
     case 's': use_stdio = true; break;
     case 'd': daemon_mode = true; break;
     case 'P': pid_file = optarg; break;
+    case OPT_READY_FD: {
+      /* -d without its fork, for a caller that runs the server as a child
+       * of its own: "ok" or the startup error on FD, then it is closed. */
+      char *end;
+      long n = strtol(optarg, &end, 10);
+      if (*end || n < 3 || n > 1024 || fcntl((int)n, F_SETFD, FD_CLOEXEC) < 0)
+        die("--ready-fd: expected an open descriptor above 2, got '%s'", optarg);
+      status_fd = (int)n;
+      ready_fd_given = true;
+      break;
+    }
     case 't': {
       char *end;
       long n = strtol(optarg, &end, 10);
@@ -445,7 +460,8 @@ int main(int argc, char **argv) {
   if (!activated && modes == 0) die("say where to listen: -U PATH, -p PORT or -s");
   if (modes > 1 || (activated && (unix_path || port)))
     die("choose one of -U, -p, -s (or socket activation)");
-  if (daemon_mode && use_stdio && !activated) die("-d and -s do not go together");
+  if ((daemon_mode || ready_fd_given) && use_stdio && !activated) die("-d and -s do not go together");
+  if (daemon_mode && ready_fd_given) die("-d and --ready-fd do not go together");
   if (g_cfg.tls != TLS_OFF) {
     if (!tls.psk_file && !tls.cert_dir) die("--tls=%s needs --tls-psk FILE or --tls-certificates DIR",
                                             g_cfg.tls == TLS_ON ? "on" : "require");

@@ -13,13 +13,6 @@
 #include "conn.h"
 #include "nbd-protocol.h"
 
-/* A request in host byte order. */
-struct request {
-  uint16_t flags, type;
-  uint64_t cookie, offset;
-  uint32_t count;
-};
-
 /* A request thread's extent arrays, allocated once when the thread starts,
  * and the payload buffer of the request it runs (from budget.c). */
 struct worker {
@@ -31,7 +24,7 @@ struct worker {
 };
 
 /* Host errno (from libploop) to the protocol's error values. */
-static uint32_t nbd_errno(int e) {
+uint32_t nbd_errno(int e) {
   switch (e) {
   case EPERM:
   case EROFS:
@@ -141,7 +134,7 @@ static int send_locked(struct conn *c, struct iovec *iov, int n) {
   return r;
 }
 
-static int reply_simple(struct conn *c, uint64_t cookie, uint32_t err, void *data, size_t len) {
+int reply_simple(struct conn *c, uint64_t cookie, uint32_t err, void *data, size_t len) {
   struct nbd_simple_reply h = {
       .magic = nbd_be32(NBD_SIMPLE_REPLY_MAGIC),
       .error = nbd_be32(err),
@@ -151,7 +144,7 @@ static int reply_simple(struct conn *c, uint64_t cookie, uint32_t err, void *dat
   return send_locked(c, iov, len ? 2 : 1);
 }
 
-static void chunk_header(struct nbd_structured_reply *h, uint64_t cookie, uint16_t flags,
+void chunk_header(struct nbd_structured_reply *h, uint64_t cookie, uint16_t flags,
                          uint16_t type, uint32_t len) {
   h->magic = nbd_be32(NBD_STRUCTURED_REPLY_MAGIC);
   h->flags = nbd_be16(flags);
@@ -162,7 +155,7 @@ static void chunk_header(struct nbd_structured_reply *h, uint64_t cookie, uint16
 
 /* An error: a structured ERROR chunk when negotiated (carries a message),
  * else a simple reply. */
-static int reply_error(struct conn *c, const struct request *r, uint64_t cookie, uint32_t err) {
+int reply_error(struct conn *c, const struct request *r, uint64_t cookie, uint32_t err) {
   if (!c->structured) return reply_simple(c, cookie, err, NULL, 0);
   static const char *const names[] = {[NBD_CMD_READ] = "read", [NBD_CMD_WRITE] = "write",
                                       [NBD_CMD_FLUSH] = "flush", [NBD_CMD_TRIM] = "trim",
@@ -584,6 +577,13 @@ static void worker_loop(struct conn *c) {
     }
     atomic_fetch_add(&c->inflight, 1);
     pthread_mutex_unlock(&c->rlock);
+    if (!err && c->async && async_start(c, &r, w->pb, w->buf)) {
+      /* In flight on the store: its reply and the buffer's release are
+       * the completion thread's; this thread reads the next request. */
+      w->pb = NULL;
+      w->buf = NULL;
+      continue;
+    }
     maybe_spawn(c);
     if (err) {
       nbd_debug("request %u at %llu+%u rejected: error %u", r.type,
@@ -626,12 +626,14 @@ void transmission(struct conn *c) {
   }
   c->rb.p = malloc(READ_BUF);
   c->rb.pos = c->rb.len = 0;
+  if (ploop_disk_has_aio(c->exp.disk)) async_begin(c); /* without it, every request is a thread's */
   if (c->rb.p) worker_loop(c);
   pthread_mutex_lock(&c->wk_lock);
   c->no_more_workers = true;
   unsigned n = c->nworkers;
   pthread_mutex_unlock(&c->wk_lock);
   for (unsigned i = 0; i < n; i++) pthread_join(c->workers[i], NULL);
+  async_end(c); /* after the workers: nothing starts any more; waits for what is in flight */
   free(c->rb.p);
   c->rb.p = NULL;
 }

@@ -281,6 +281,35 @@ int ploop_disk_map(struct ploop_disk *disk, uint64_t off, size_t len, unsigned f
                    struct ploop_mapping *map);
 void ploop_disk_unmap(struct ploop_disk *disk);
 
+/* Asynchronous I/O, for a server that keeps many requests in flight on a
+ * disk whose store has its own (Ceph RBD: librbd's aio). Completions are
+ * collected in a queue whose eventfd turns readable when some wait, so
+ * they feed the caller's own loop; nothing is allocated per request once
+ * the queue has records for the depth in use.
+ *   ploop_disk_has_aio: whether the disk's store has it (a file disk has
+ *     not: use ploop_disk_map or the synchronous calls).
+ *   ploop_disk_aio_start: starts a READ or WRITE of LEN bytes at OFF when
+ *     one delta holds the whole range already (inside one cluster; a write
+ *     only where the top holds it written: no allocation, no copy-up).
+ *     1: started; its (TAG, result) comes out of ploop_aio_queue_reap, and
+ *     until then BUF stays the caller's and the range is pinned as with
+ *     ploop_disk_map. 0: not this way (a hole, an allocation, a structure
+ *     change waiting, no aio): use ploop_disk_pread / ploop_disk_pwrite.
+ *     -1: error set (range, read-only disk, out of memory).
+ *   A write is on the store's replicas when reaped with 0 (what a FUA
+ *   write needs still takes ploop_disk_flush).
+ *   ploop_aio_queue_reap: up to MAX finished requests, without waiting:
+ *     their TAGS and RESULTS (0 or -errno); their count, 0 when none.
+ *   ploop_aio_queue_free: only once nothing started on it is unreaped. */
+struct ploop_aio_queue;
+struct ploop_aio_queue *ploop_aio_queue_new(void);
+void ploop_aio_queue_free(struct ploop_aio_queue *q);
+int ploop_aio_queue_fd(const struct ploop_aio_queue *q);
+int ploop_aio_queue_reap(struct ploop_aio_queue *q, void **tags, int *results, unsigned max);
+bool ploop_disk_has_aio(const struct ploop_disk *disk);
+int ploop_disk_aio_start(struct ploop_disk *disk, struct ploop_aio_queue *q, bool write, void *buf,
+                         size_t len, uint64_t off, void *tag);
+
 /* Dirty tracking: clusters written since the mark (bitmap of clusters). */
 int ploop_disk_dirty_start(struct ploop_disk *disk); /* clear and start */
 int ploop_disk_dirty_stop(struct ploop_disk *disk);
@@ -294,6 +323,9 @@ int ploop_disk_dirty_get(struct ploop_disk *disk, uint8_t *bitmap, size_t bytes,
  * flushes, pushes a new empty top.  GUID may be NULL (generated).  The new
  * snapshot's GUID is written to OUT (PLOOP_UUID_LEN+1 bytes). */
 int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out);
+/* How long the last ploop_disk_snapshot held the disk's I/O (drain, seal,
+ * flush, descriptor), in microseconds; 0 before any. */
+uint64_t ploop_disk_snapshot_pause_us(const struct ploop_disk *disk);
 /* Offline form: opens, snapshots, closes. */
 int ploop_snapshot_create(const char *dir_or_xml, const char *guid, char *out);
 /* Delete: leaf removed; one child merged into it; else refused. */
@@ -309,7 +341,9 @@ int ploop_snapshot_switch(const char *dir_or_xml, const char *guid);
 
 /* Compaction of an open read-write disk: moves the top delta's tail
  * clusters into holes left by discards (data made durable before the BAT
- * entry moves), then truncates the file. Serialised against in-flight I/O. */
+ * entry moves), then truncates the file. Serialised against in-flight I/O.
+ * ploop_cancel() stops it between two moves: what was moved so far is
+ * truncated away, the image is consistent, PLOOP_ERR_CANCELLED returned. */
 int ploop_disk_compact(struct ploop_disk *disk, uint64_t *bytes_reclaimed);
 
 /* ---- resize, convert ------------------------------------------------ */
@@ -400,6 +434,17 @@ struct ploop_receive_opts {
  * 39 bytes (not 37). */
 int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, struct ploop_stream_stats *st,
                   char *received_guid);
+/* ploop_receive_device applies one incremental stream in place to DEV, an
+ * open block device or file (O_DIRECT is fine) that reads as snapshot
+ * BASE_GUID's state of a disk of the stream's size, e.g. an attached disk
+ * whose top is empty above that snapshot: each cluster of the stream is
+ * written at its virtual offset (zero ranges as zeros), every checksum
+ * verified as with ploop_receive, then DEV is fsync'd. BASE_GUID NULL
+ * skips the check of the stream's base. Nothing is atomic here: after an
+ * error DEV holds part of the stream, and the caller throws it away (a
+ * migration's destination discards the whole copy). */
+int ploop_receive_device(int dev, const char *base_guid, const struct ploop_receive_opts *o, int fd,
+                         struct ploop_stream_stats *st, char *received_guid);
 
 #ifdef __cplusplus
 }

@@ -264,7 +264,11 @@ int ploop_import_raw(const char *src, const char *dir_or_xml, ploop_progress_fn 
       alloc_off[i] = 0;
       wmask[i] = 0;
       bool zero = ploop_is_zero(s, cb);
-      if (depth[i] ? !memcmp(s, dbh + (size_t)i * cb, cb) : zero) {
+      /* A zero cluster the top holds and nothing below shadows reads the
+       * same as a hole: free it (an import into an existing disk merges
+       * its new top down, writing zeros, then runs again to punch them). */
+      bool punch = zero && depth[i] == 1 && !top->raw && !disk_find(disk, 1, vc, NULL);
+      if (!punch && (depth[i] ? !memcmp(s, dbh + (size_t)i * cb, cb) : zero)) {
         st.clusters_skipped++;
         continue;
       }

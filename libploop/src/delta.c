@@ -369,7 +369,9 @@ struct ploop_delta *delta_open_raw(const char *dir, const char *path, uint32_t c
   return d;
 }
 
-int delta_write_header(struct ploop_delta *d)
+/* SYNCED: the caller's flush just made every completed write durable and
+ * no write can start before this one (a close): no sync before it. */
+static int write_header(struct ploop_delta *d, bool synced)
 {
   /* Page 0 also holds BAT slots: take the flush lock so a half-flushed page
    * never goes out with entries whose data is not yet durable. A cluster 0
@@ -387,7 +389,7 @@ int delta_write_header(struct ploop_delta *d)
     memcpy(copy, d->bat_raw, len);
     pthread_mutex_unlock(&d->lock);
   }
-  if (rc == 0)
+  if (rc == 0 && !synced)
     rc = store_flush(&d->so);
   if (rc == 0)
     rc = store_pwrite(&d->so, copy, len, 0);
@@ -402,7 +404,9 @@ int delta_write_header(struct ploop_delta *d)
   return rc;
 }
 
-int delta_set_in_use(struct ploop_delta *d, bool in_use)
+int delta_write_header(struct ploop_delta *d) { return write_header(d, false); }
+
+static int set_in_use(struct ploop_delta *d, bool in_use, bool synced)
 {
   if (d->raw)
     return 0;
@@ -413,8 +417,10 @@ int delta_set_in_use(struct ploop_delta *d, bool in_use)
     d->h.flags |= PLOOP_CIF_EMPTY; /* OpenVZ's check wants it on a delta with no clusters */
   /* The format extension (CBT) is dropped, as ploop does on mount. */
   d->h.ext_offset = 0;
-  return delta_write_header(d);
+  return write_header(d, synced);
 }
+
+int delta_set_in_use(struct ploop_delta *d, bool in_use) { return set_in_use(d, in_use, false); }
 
 int delta_seal_begin(struct ploop_delta *d)
 {
@@ -422,6 +428,10 @@ int delta_seal_begin(struct ploop_delta *d)
     return 0;
   d->h.in_use = PLOOP_CLEAN_V20;
   d->h.ext_offset = 0;
+  /* As a clean close: OpenVZ's check wants the flag on a delta with no
+   * clusters (an empty top merged into an empty parent). */
+  if (delta_count_allocated(d) == 0)
+    d->h.flags |= PLOOP_CIF_EMPTY;
   pthread_mutex_lock(&d->lock);
   /* Any dirty page, page 0 included, holds entries whose data may not be
    * durable yet: decide before the header marks page 0 dirty itself. */
@@ -634,9 +644,10 @@ int delta_close(struct ploop_delta *d, bool clean)
     return 0;
   int rc = 0;
   if (d->rdwr && !d->raw) {
+    /* Nothing writes to a delta being closed: the flush covers all. */
     rc = delta_flush(d);
     if (rc == 0 && clean)
-      rc = delta_set_in_use(d, false);
+      rc = set_in_use(d, false, true);
   } else if (d->rdwr) {
     rc = store_flush(&d->so);
   }

@@ -10,25 +10,25 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "xml-mini.h"
 
-static xmlNode *child(xmlNode *n, const char *name)
+typedef struct xml_mini_node node_t;
+
+static node_t *child(node_t *n, const char *name)
 {
-  for (xmlNode *c = n ? n->children : NULL; c; c = c->next)
-    if (c->type == XML_ELEMENT_NODE && !xmlStrcmp(c->name, (const xmlChar *)name))
+  for (node_t *c = n ? n->children : NULL; c; c = c->next)
+    if (!strcmp(c->name, name))
       return c;
   return NULL;
 }
 
 /* Text of a child element, trimmed, into BUF; false if missing or too long. */
-static bool child_text(xmlNode *n, const char *name, char *buf, size_t len)
+static bool child_text(node_t *n, const char *name, char *buf, size_t len)
 {
-  xmlNode *c = child(n, name);
+  node_t *c = child(n, name);
   if (!c)
     return false;
-  xmlChar *t = xmlNodeGetContent(c);
-  if (!t)
-    return false;
-  const char *s = (const char *)t;
+  const char *s = c->content;
   while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
     s++;
   size_t l = strlen(s);
@@ -39,11 +39,87 @@ static bool child_text(xmlNode *n, const char *name, char *buf, size_t len)
     memcpy(buf, s, l);
     buf[l] = 0;
   }
-  xmlFree(t);
   return ok;
 }
 
-static bool child_u64(xmlNode *n, const char *name, uint64_t *out)
+static int parse_doc(struct ploop_descriptor *d, node_t *root, const char *xml);
+
+/* libxml2's tree as the reader's: the elements, each with its content;
+ * *FAILED on an allocation failure. */
+static node_t *from_libxml(xmlNode *first, bool *failed)
+{
+  node_t *head = NULL, **tail = &head;
+  for (xmlNode *x = first; x && !*failed; x = x->next) {
+    if (x->type != XML_ELEMENT_NODE)
+      continue;
+    node_t *n = calloc(1, sizeof *n);
+    if (!n) {
+      *failed = true;
+      break;
+    }
+    *tail = n;
+    tail = &n->next;
+    xmlChar *t = xmlNodeGetContent(x);
+    n->name = strdup((const char *)x->name);
+    n->content = strdup(t ? (const char *)t : "");
+    xmlFree(t);
+    *failed |= !n->name || !n->content;
+    n->children = from_libxml(x->children, failed);
+  }
+  return head;
+}
+
+/* Parses the descriptor XML read from the libxml2 document DOC. */
+static int parse_libxml(struct ploop_descriptor *d, xmlDoc *doc, const char *xml)
+{
+  xmlNode *root = xmlDocGetRootElement(doc);
+  bool failed = false;
+  node_t *tree = root ? from_libxml(root, &failed) : NULL;
+  if (tree) {  /* the root alone, without its siblings (there are none) */
+    xml_mini_free(tree->next);
+    tree->next = NULL;
+  }
+  int rc = failed ? ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory") : parse_doc(d, tree, xml);
+  xml_mini_free(tree);
+  return rc;
+}
+
+/* The subset reader first; NULL when libxml2 must read TEXT. */
+static int parse_mini(struct ploop_descriptor *d, const char *text, size_t len, const char *xml, bool *done)
+{
+  node_t *tree = xml_mini_parse(text, len);
+  *done = tree != NULL;
+  if (!tree)
+    return 0;
+  int rc = parse_doc(d, tree, xml);
+  xml_mini_free(tree);
+  return rc;
+}
+
+/* Up to MAX bytes of the regular file XML into *TEXT (malloc'd); -1 if it
+ * could not be read whole (then libxml2 reads it, and reports). */
+static int read_small_file(const char *xml, size_t max, char **text, size_t *len)
+{
+  int fd = open(xml, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return -1;
+  struct stat st;
+  char *buf = NULL;
+  ssize_t n = -1;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size <= max &&
+      (buf = malloc((size_t)st.st_size + 1)))
+    n = pread(fd, buf, (size_t)st.st_size + 1, 0);
+  close(fd);
+  if (n < 0 || n != st.st_size) {
+    free(buf);
+    return -1;
+  }
+  *text = buf;
+  *len = (size_t)n;
+  return 0;
+}
+
+static bool child_u64(node_t *n, const char *name, uint64_t *out)
 {
   char buf[32], *end;
   if (!child_text(n, name, buf, sizeof buf) || !buf[0])
@@ -227,13 +303,11 @@ int descriptor_resolve_file(const char *dir_or_xml, char **dir_out, char **xml_o
 
 static int validate_structure(const struct ploop_descriptor *d);
 
-static int parse_doc(struct ploop_descriptor *d, xmlDoc *doc, const char *xml)
+static int parse_doc(struct ploop_descriptor *d, node_t *root, const char *xml)
 {
-  xmlNode *root = xmlDocGetRootElement(doc);
-  if (!root || (xmlStrcmp(root->name, (const xmlChar *)"Parallels_disk_image") &&
-                xmlStrcmp(root->name, (const xmlChar *)"Virtuozzo_disk_image")))
+  if (!root || (strcmp(root->name, "Parallels_disk_image") && strcmp(root->name, "Virtuozzo_disk_image")))
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: not a ploop disk descriptor", xml);
-  xmlNode *params = child(root, "Disk_Parameters");
+  node_t *params = child(root, "Disk_Parameters");
   uint64_t v;
   if (!child_u64(params, "Disk_size", &d->size_sectors) || d->size_sectors == 0)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: missing or invalid Disk_size", xml);
@@ -243,19 +317,19 @@ static int parse_doc(struct ploop_descriptor *d, xmlDoc *doc, const char *xml)
     d->heads = (uint32_t)v;
   if (child_u64(params, "Sectors", &v))
     d->sectors = (uint32_t)v;
-  xmlNode *storage_data = child(root, "StorageData");
-  xmlNode *storage = child(storage_data, "Storage");
+  node_t *storage_data = child(root, "StorageData");
+  node_t *storage = child(storage_data, "Storage");
   if (!storage)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: no StorageData/Storage element", xml);
-  for (xmlNode *s = storage->next; s; s = s->next)
-    if (s->type == XML_ELEMENT_NODE && !xmlStrcmp(s->name, (const xmlChar *)"Storage"))
+  for (node_t *s = storage->next; s; s = s->next)
+    if (!strcmp(s->name, "Storage"))
       return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: split disks (several Storage) are not supported",
                          xml);
   if (!child_u64(storage, "Blocksize", &v) || v > UINT32_MAX)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: missing or invalid Blocksize", xml);
   d->cluster_sectors = (uint32_t)v;
-  for (xmlNode *c = storage->children; c; c = c->next) {
-    if (c->type != XML_ELEMENT_NODE || xmlStrcmp(c->name, (const xmlChar *)"Image"))
+  for (node_t *c = storage->children; c; c = c->next) {
+    if (strcmp(c->name, "Image"))
       continue;
     char guid[64], type[32] = "Compressed", file[PATH_MAX];
     if (!child_text(c, "GUID", guid, sizeof guid) || ploop_uuid_normalize(guid, guid) < 0)
@@ -276,12 +350,12 @@ static int parse_doc(struct ploop_descriptor *d, xmlDoc *doc, const char *xml)
   }
   if (d->n_images == 0)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: no Image element", xml);
-  xmlNode *snaps = child(root, "Snapshots");
+  node_t *snaps = child(root, "Snapshots");
   char top[64];
   if (!child_text(snaps, "TopGUID", top, sizeof top) || ploop_uuid_normalize(top, d->top_guid) < 0)
     return ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: missing or invalid Snapshots/TopGUID", xml);
-  for (xmlNode *c = snaps->children; c; c = c->next) {
-    if (c->type != XML_ELEMENT_NODE || xmlStrcmp(c->name, (const xmlChar *)"Shot"))
+  for (node_t *c = snaps->children; c; c = c->next) {
+    if (strcmp(c->name, "Shot"))
       continue;
     char guid[64], parent[64];
     if (!child_text(c, "GUID", guid, sizeof guid) || ploop_uuid_normalize(guid, guid) < 0 ||
@@ -322,10 +396,13 @@ struct ploop_descriptor *ploop_descriptor_load(const char *dir_or_xml)
     char *text = NULL;
     size_t len = 0;
     rc = store->desc_read(d->dir, &text, &len);
-    if (rc == 0) {
+    bool done = false;
+    if (rc == 0)
+      rc = parse_mini(d, text, len, xml, &done);
+    if (rc == 0 && !done) {
       doc =
           xmlReadMemory(text, (int)len, xml, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-      rc = doc ? parse_doc(d, doc, xml)
+      rc = doc ? parse_libxml(d, doc, xml)
                : ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: not well-formed XML", xml);
       xmlFreeDoc(doc);
     }
@@ -337,6 +414,16 @@ struct ploop_descriptor *ploop_descriptor_load(const char *dir_or_xml)
     rc = ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: not a regular file", xml);
     goto parsed;
   }
+  /* A descriptor is ~1 KiB per snapshot: bigger ones go to libxml2 whole. */
+  char *text = NULL;
+  size_t len = 0;
+  if (read_small_file(xml, 1 << 20, &text, &len) == 0) {
+    bool done = false;
+    rc = parse_mini(d, text, len, xml, &done);
+    free(text);
+    if (done || rc < 0)
+      goto parsed;
+  }
   doc = xmlReadFile(xml, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
   if (!doc) {
     if (access(xml, F_OK) < 0)
@@ -344,7 +431,7 @@ struct ploop_descriptor *ploop_descriptor_load(const char *dir_or_xml)
     else
       rc = ploop_error(PLOOP_ERR_CORRUPT, EINVAL, "%s: not well-formed XML", xml);
   } else {
-    rc = parse_doc(d, doc, xml);
+    rc = parse_libxml(d, doc, xml);
     xmlFreeDoc(doc);
   }
 parsed:

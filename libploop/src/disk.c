@@ -243,7 +243,7 @@ static inline bool aligned(const void *buf, uint64_t off, uint64_t len)
   return (((uintptr_t)buf | off | len) & 511) == 0;
 }
 
-static void mark_dirty(struct ploop_disk *disk, uint64_t off, uint64_t len)
+void disk_mark_dirty(struct ploop_disk *disk, uint64_t off, uint64_t len)
 {
   if (!__atomic_load_n(&disk->dirty_on, __ATOMIC_RELAXED) || len == 0)
     return;
@@ -438,7 +438,7 @@ int ploop_disk_pwrite(struct ploop_disk *disk, const void *buf, size_t len, uint
     o += n;
     l -= n;
   }
-  mark_dirty(disk, off, len);
+  disk_mark_dirty(disk, off, len);
   pthread_rwlock_unlock(&disk->rw);
   if (rc == 0 && (flags & PLOOP_WRITE_FUA))
     rc = ploop_disk_flush(disk);
@@ -461,6 +461,7 @@ void disk_lock_exclusive(struct ploop_disk *disk)
     pthread_mutex_unlock(&disk->pin_lock);
     pthread_rwlock_wrlock(&disk->rw);
   }
+  disk->exclusive_gen++;
 }
 
 void disk_unlock_exclusive(struct ploop_disk *disk)
@@ -501,7 +502,7 @@ int ploop_disk_map(struct ploop_disk *disk, uint64_t off, size_t len, unsigned f
       map->file_offset = at + coff;
       __atomic_add_fetch(&disk->pins, 1, __ATOMIC_SEQ_CST);
       if (write)
-        mark_dirty(disk, off, len);
+        disk_mark_dirty(disk, off, len);
       rc = PLOOP_MAP_FILE;
     } else if (!write) {
       rc = PLOOP_MAP_ZERO;
@@ -589,7 +590,7 @@ static int zero_range(struct ploop_disk *disk, uint64_t off, uint64_t len, bool 
     o += n;
     l -= n;
   }
-  mark_dirty(disk, off, len);
+  disk_mark_dirty(disk, off, len);
   pthread_rwlock_unlock(&disk->rw);
   free(zeros);
   return rc;

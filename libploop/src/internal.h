@@ -215,6 +215,8 @@ struct ploop_disk {
   pthread_rwlock_t rw; /* I/O: read side; structure changes: disk_lock_exclusive */
   unsigned pins;       /* mappings handed out by ploop_disk_map, not yet unmapped */
   unsigned draining;   /* structure changes waiting for the pins to go */
+  unsigned exclusive_gen; /* disk_lock_exclusive calls: a change to the structure since a read-side look */
+  uint64_t snapshot_pause_us; /* the last online snapshot's exclusive section */
   pthread_mutex_t pin_lock;
   pthread_cond_t pin_cond;
   int lock_fd;
@@ -242,6 +244,8 @@ int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags);
 /* The error of I/O on a released disk (disk-handover.c): -1, ESHUTDOWN. */
 int disk_released_error(struct ploop_disk *disk);
 void disk_close_deltas(struct ploop_disk *disk, bool clean);
+/* Marks [OFF, OFF+LEN) written for dirty tracking (a no-op while it is off). */
+void disk_mark_dirty(struct ploop_disk *disk, uint64_t off, uint64_t len);
 
 /* ---- copy helpers (copy.c) ---- */
 /* ploop_export_raw with explicit open flags (PLOOP_OPEN_NO_LOCK when the caller holds the lock). */

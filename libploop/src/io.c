@@ -51,17 +51,29 @@ static bool keep_idle(io_context_t ctx, unsigned depth)
   return kept;
 }
 
+/* One request on a store's own asynchronous I/O. */
+struct store_req {
+  struct store_aio sa; /* first: the store hands it back */
+  struct ploop_aio *a;
+  unsigned slot;
+  bool streaming;
+  const char *path;
+};
+
 int aio_init(struct ploop_aio *a, unsigned depth)
 {
   memset(a, 0, sizeof *a);
+  pthread_mutex_init(&a->smu, NULL);
+  pthread_cond_init(&a->scv, NULL);
   a->depth = depth;
+  a->sreqs = calloc(depth, sizeof *a->sreqs);
   a->cbs = calloc(depth, sizeof *a->cbs);
   a->ptrs = calloc(depth, sizeof *a->ptrs);
   a->events = calloc(depth, sizeof *a->events);
   a->paths = calloc(depth, sizeof *a->paths);
   a->done_slots = calloc(depth, sizeof *a->done_slots);
   a->done_failed = calloc(depth, sizeof *a->done_failed);
-  if (!a->cbs || !a->ptrs || !a->events || !a->paths || !a->done_slots || !a->done_failed) {
+  if (!a->cbs || !a->ptrs || !a->events || !a->paths || !a->done_slots || !a->done_failed || !a->sreqs) {
     aio_destroy(a);
     return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
   }
@@ -79,6 +91,14 @@ int aio_init(struct ploop_aio *a, unsigned depth)
 
 void aio_destroy(struct ploop_aio *a)
 {
+  /* The store's threads still hold what is in flight there. */
+  pthread_mutex_lock(&a->smu);
+  while (a->store_inflight)
+    pthread_cond_wait(&a->scv, &a->smu);
+  pthread_mutex_unlock(&a->smu);
+  pthread_mutex_destroy(&a->smu);
+  pthread_cond_destroy(&a->scv);
+  free(a->sreqs);
   /* io_destroy also waits for requests still in flight: only an idle one is kept */
   if (a->ctx && (a->inflight || a->n || !keep_idle(a->ctx, a->ctx_depth)))
     io_destroy(a->ctx);
@@ -112,12 +132,64 @@ static int sync_io(struct ploop_aio *a, struct store_obj *o, void *buf, size_t l
   return rc;
 }
 
+/* A store thread (or the starter, when the store finished at once). */
+static void store_done(struct store_aio *sa, int rc)
+{
+  struct store_req *r = (struct store_req *)sa;
+  struct ploop_aio *a = r->a;
+  pthread_mutex_lock(&a->smu);
+  if (rc < 0 && !a->store_errno) {
+    a->store_errno = -rc;
+    a->store_err_path = r->path;
+    a->store_err_off = sa->off;
+    a->store_err_write = sa->write;
+  }
+  if (r->streaming) {
+    a->done_slots[a->n_done] = r->slot;
+    a->done_failed[a->n_done++] = rc < 0;
+  }
+  a->store_inflight--;
+  pthread_cond_broadcast(&a->scv);
+  pthread_mutex_unlock(&a->smu);
+}
+
+static void store_start(struct ploop_aio *a, struct store_req *r, struct store_obj *o, void *buf, size_t len,
+                        uint64_t off, int write)
+{
+  r->sa = (struct store_aio){.done = store_done, .buf = buf, .len = len, .off = off, .write = write != 0};
+  r->a = a;
+  r->path = o->path;
+  pthread_mutex_lock(&a->smu);
+  a->store_inflight++;
+  pthread_mutex_unlock(&a->smu);
+  int rc = o->ops->aio(o, &r->sa);
+  if (rc < 0)
+    store_done(&r->sa, rc); /* not started: fails like a completion */
+}
+
+/* The first store failure as the calling thread's error; caller holds SMU. */
+static int store_report(struct ploop_aio *a)
+{
+  if (!a->store_errno)
+    return 0;
+  int e = a->store_errno;
+  a->store_errno = 0;
+  return ploop_error(a->store_err_write ? PLOOP_ERR_IO : PLOOP_ERR_READ, e, "%s: %s at %llu: %s",
+                     a->store_err_path, a->store_err_write ? "write" : "read",
+                     (unsigned long long)a->store_err_off, strerror(e));
+}
+
 void aio_queue_obj(struct ploop_aio *a, struct store_obj *o, void *buf, size_t len, uint64_t off, int write)
 {
-  if (o->fd >= 0)
+  if (o->fd >= 0) {
     aio_queue(a, o->fd, o->path, buf, len, off, write);
-  else if (!a->sync_err)
+  } else if (o->ops->aio && a->store_n < a->depth) {
+    struct store_req *r = &a->sreqs[a->store_n++];
+    r->streaming = false;
+    store_start(a, r, o, buf, len, off, write);
+  } else if (!a->sync_err) {
     sync_io(a, o, buf, len, off, write);
+  }
 }
 
 void aio_start_obj(struct ploop_aio *a, unsigned slot, struct store_obj *o, void *buf, size_t len,
@@ -127,8 +199,18 @@ void aio_start_obj(struct ploop_aio *a, unsigned slot, struct store_obj *o, void
     aio_start(a, slot, o->fd, o->path, buf, len, off, write);
     return;
   }
-  a->done_failed[a->n_done] = sync_io(a, o, buf, len, off, write) < 0;
+  if (o->ops->aio) {
+    struct store_req *r = &a->sreqs[slot];
+    r->slot = slot;
+    r->streaming = true;
+    store_start(a, r, o, buf, len, off, write);
+    return;
+  }
+  bool failed = sync_io(a, o, buf, len, off, write) < 0;
+  pthread_mutex_lock(&a->smu);
+  a->done_failed[a->n_done] = failed;
   a->done_slots[a->n_done++] = slot;
+  pthread_mutex_unlock(&a->smu);
 }
 
 /* Checks one completion: a short read is zero-filled (EOF), a failed or
@@ -189,6 +271,14 @@ int aio_run(struct ploop_aio *a)
     done += (unsigned)rc;
   }
   a->n = 0;
+  pthread_mutex_lock(&a->smu);
+  while (a->store_inflight)
+    pthread_cond_wait(&a->scv, &a->smu);
+  if (a->store_errno && !err)
+    err = store_report(a);
+  a->store_errno = 0;
+  pthread_mutex_unlock(&a->smu);
+  a->store_n = 0;
   return err;
 }
 
@@ -218,16 +308,30 @@ int aio_poll(struct ploop_aio *a, unsigned *slots, bool *failed)
   return reap(a, slots, failed, false);
 }
 
+/* The results waiting in done_slots; caller holds SMU. */
+static int take_done(struct ploop_aio *a, unsigned *slots, bool *failed)
+{
+  unsigned k = a->n_done;
+  memcpy(slots, a->done_slots, k * sizeof *slots);
+  memcpy(failed, a->done_failed, k * sizeof *failed);
+  a->n_done = 0;
+  a->sync_err = 0;
+  store_report(a);
+  return (int)k;
+}
+
 static int reap(struct ploop_aio *a, unsigned *slots, bool *failed, bool wait)
 {
-  if (a->n_done) {
-    unsigned k = a->n_done;
-    memcpy(slots, a->done_slots, k * sizeof *slots);
-    memcpy(failed, a->done_failed, k * sizeof *failed);
-    a->n_done = 0;
-    a->sync_err = 0;
-    return (int)k;
+  pthread_mutex_lock(&a->smu);
+  if (a->n_done || (!a->inflight && !a->n)) {
+    /* Only the store's requests (or none) are out: wait for them here. */
+    while (wait && !a->n_done && a->store_inflight)
+      pthread_cond_wait(&a->scv, &a->smu);
+    int k = take_done(a, slots, failed);
+    pthread_mutex_unlock(&a->smu);
+    return k;
   }
+  pthread_mutex_unlock(&a->smu);
   int err = 0;
   while (a->n) {
     int rc = io_submit(a->ctx, (long)a->n, a->ptrs);
@@ -252,10 +356,25 @@ static int reap(struct ploop_aio *a, unsigned *slots, bool *failed, bool wait)
   if (!a->inflight)
     return 0;
   int rc;
-  struct timespec zero = {0, 0};
-  do
-    rc = io_getevents(a->ctx, wait ? 1 : 0, (long)a->inflight, a->events, wait ? NULL : &zero);
-  while (rc == -EINTR);
+  struct timespec zero = {0, 0}, tick = {0, 1000000};
+  for (;;) {
+    /* Both kinds out: libaio's wait cannot see the store's completions,
+     * so it waits in 1 ms steps and looks at them between. */
+    pthread_mutex_lock(&a->smu);
+    bool mixed = a->store_inflight > 0;
+    if (a->n_done) {
+      int k = take_done(a, slots, failed);
+      pthread_mutex_unlock(&a->smu);
+      return k;
+    }
+    pthread_mutex_unlock(&a->smu);
+    do
+      rc = io_getevents(a->ctx, wait ? 1 : 0, (long)a->inflight, a->events,
+                        !wait ? &zero : mixed ? &tick : NULL);
+    while (rc == -EINTR);
+    if (rc != 0 || !wait)
+      break;
+  }
   if (rc < 0)
     return ploop_error(PLOOP_ERR_IO, -rc, "io_getevents: %s", strerror(-rc));
   for (int i = 0; i < rc; i++) {

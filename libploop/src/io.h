@@ -21,14 +21,26 @@ struct ploop_aio {
   struct iocb **ptrs;
   struct io_event *events;
   const char **paths;
-  /* Requests on a store without an fd run at once; their results wait here. */
+  /* Requests on a store without an fd run at once, or on the store's own
+   * asynchronous I/O (store_ops.aio) whose completions come on its
+   * threads; their results wait here, under SMU. */
   unsigned *done_slots;
   bool *done_failed;
   unsigned n_done;
   int sync_err;
+  struct store_req *sreqs; /* DEPTH: by slot (streaming) or in queue order (batch) */
+  unsigned store_n;        /* batch: requests queued on the store this run */
+  unsigned store_inflight; /* under SMU */
+  int store_errno;         /* the first failure's, reported by the caller's thread */
+  const char *store_err_path;
+  uint64_t store_err_off;
+  bool store_err_write;
+  pthread_mutex_t smu;
+  pthread_cond_t scv;
 };
 
 struct store_obj;
+struct store_req;
 
 int aio_init(struct ploop_aio *a, unsigned depth);
 void aio_destroy(struct ploop_aio *a);

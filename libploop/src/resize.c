@@ -284,7 +284,15 @@ int delta_compact(struct ploop_delta *d, uint64_t *bytes_reclaimed)
     goto out;
   uint64_t hole = first, tail = head;
   uint64_t moves = 0;
+  bool cancelled = false;
   for (;;) {
+    /* Asked to stop (ploop_cancel): between two moves every entry points
+     * at durable data, so the flush and truncation below leave a smaller,
+     * consistent image; compacting again finishes the work. */
+    if (ploop_cancelled()) {
+      cancelled = true;
+      break;
+    }
     while (hole < head && owner[hole])
       hole++;
     while (tail > first && !owner[tail - 1])
@@ -316,6 +324,22 @@ int delta_compact(struct ploop_delta *d, uint64_t *bytes_reclaimed)
   d->alloc_head = tail;
   if (bytes_reclaimed && old_size > tail * cb)
     *bytes_reclaimed = old_size - tail * cb;
+  if (cancelled) {
+    /* Holes the discards punched below the tail stay; allocate them (whole
+     * clusters, reading as zeros) so the file is not sparse: OpenVZ's
+     * kernel maps a delta's extents directly and its check refuses holes. */
+    for (uint64_t h = first; h < tail;) {
+      uint64_t n = 0;
+      while (h + n < tail && !owner[h + n])
+        n++;
+      if (n && store_zero(&d->so, h * cb, n * cb, STORE_ZERO_ALLOCATE) < 0 && errno != EOPNOTSUPP) {
+        rc = ploop_error_os(d->path, "fallocate");
+        goto out;
+      }
+      h += n ? n : 1;
+    }
+    rc = ploop_cancel_check();
+  }
 out:
   free(owner);
   free(buf);

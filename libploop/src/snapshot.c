@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -38,68 +39,116 @@ static int pick_guid(const struct ploop_descriptor *desc, const char *guid, char
   return 0;
 }
 
-int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
-{
-  if (!disk->rdwr || disk->snapshot_guid)
-    return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: snapshot needs the disk open read-write", disk->dir);
+/* The new top of an online snapshot, made while I/O goes on (the caller
+ * holds the read side of disk->rw, or the exclusive lock): an empty delta
+ * NT at PATH (its store object NSO still open for the final flush) and the
+ * descriptor ND naming it. Creating and opening an image is most of a
+ * snapshot's time on a store across the network (Ceph: a dozen round
+ * trips); writes wait only for the sealing of the old top. */
+struct snap_prep {
   char g[PLOOP_UUID_LEN + 1], file[1024], path[4096];
-  struct ploop_descriptor *nd = NULL;
-  struct ploop_delta *nt = NULL;
-  int rc = -1, tfd = -1;
-  struct store_obj nso = {.fd = -1};
-  disk_lock_exclusive(disk); /* drains in-flight I/O: nothing acknowledged is left out */
-  /* 127 images at most, as ploop: 126 snapshots and the top. */
-  if (disk->n >= PLOOP_MAX_DELTAS - 1) {
-    ploop_error(PLOOP_ERR_PARAM, EMLINK, "%s: at most %u snapshots", disk->dir, PLOOP_MAX_DELTAS - 2);
-    goto out;
+  struct store_obj nso;
+  struct ploop_delta *nt;
+  struct ploop_descriptor *nd;
+};
+
+static void snap_prep_drop(struct ploop_disk *disk, struct snap_prep *sp)
+{
+  store_close(&sp->nso);
+  if (sp->nt) {
+    delta_close(sp->nt, false);
+    sp->nt = NULL;
+    store_remove(disk->dir, sp->path);
   }
-  if (pick_guid(disk->desc, guid, g) < 0 || new_delta_name(disk->desc, file, sizeof file) < 0)
-    goto out;
+  ploop_descriptor_free(sp->nd);
+  sp->nd = NULL;
+}
+
+static int snap_prepare(struct ploop_disk *disk, const char *guid, struct snap_prep *sp)
+{
+  *sp = (struct snap_prep){.nso = {.fd = -1}};
+  /* 127 images at most, as ploop: 126 snapshots and the top. */
+  if (disk->n >= PLOOP_MAX_DELTAS - 1)
+    return ploop_error(PLOOP_ERR_PARAM, EMLINK, "%s: at most %u snapshots", disk->dir, PLOOP_MAX_DELTAS - 2);
+  if (pick_guid(disk->desc, guid, sp->g) < 0 || new_delta_name(disk->desc, sp->file, sizeof sp->file) < 0)
+    return -1;
   struct ploop_delta *top = disk->deltas[0];
-  snprintf(path, sizeof path, "%s/%s", disk->dir, file);
+  snprintf(sp->path, sizeof sp->path, "%s/%s", disk->dir, sp->file);
   struct ploop_delta_create_params p = {
       .size_bytes = disk->size_bytes,
       .cluster_sectors = disk->desc->cluster_sectors,
       .version = top->raw ? 2 : top->h.version,
   };
-  if (delta_create_file_nosync(disk->dir, path, &p, true, &nso) < 0)
-    goto out;
-  nt = delta_open(disk->dir, path, PLOOP_OPEN_RDWR | DELTA_OPEN_FRESH);
-  if (!nt)
-    goto fail_unlink;
-  nd = descriptor_dup(disk->desc);
-  if (!nd)
-    goto fail_unlink;
-  descriptor_rename_guid(nd, PLOOP_TOP_GUID, g);
-  if (descriptor_add_image(nd, PLOOP_TOP_GUID, file, g) < 0)
-    goto fail_unlink;
-  snprintf(nd->top_guid, sizeof nd->top_guid, "%s", PLOOP_TOP_GUID);
-  if (descriptor_write_tmp(nd, &tfd) < 0)
+  if (delta_create_file_nosync(disk->dir, sp->path, &p, true, &sp->nso) < 0)
+    return -1;
+  sp->nt = delta_open(disk->dir, sp->path, PLOOP_OPEN_RDWR | DELTA_OPEN_FRESH);
+  if (!sp->nt) {
+    store_close(&sp->nso);
+    store_remove(disk->dir, sp->path);
+    return -1;
+  }
+  sp->nd = descriptor_dup(disk->desc);
+  if (!sp->nd) {
+    snap_prep_drop(disk, sp);
+    return -1;
+  }
+  descriptor_rename_guid(sp->nd, PLOOP_TOP_GUID, sp->g);
+  if (descriptor_add_image(sp->nd, PLOOP_TOP_GUID, sp->file, sp->g) < 0) {
+    snap_prep_drop(disk, sp);
+    return -1;
+  }
+  snprintf(sp->nd->top_guid, sizeof sp->nd->top_guid, "%s", PLOOP_TOP_GUID);
+  return 0;
+}
+
+int ploop_disk_snapshot(struct ploop_disk *disk, const char *guid, char *out)
+{
+  if (!disk->rdwr || disk->snapshot_guid)
+    return ploop_error(PLOOP_ERR_PARAM, EROFS, "%s: snapshot needs the disk open read-write", disk->dir);
+  struct snap_prep sp;
+  int rc = -1, tfd = -1;
+  pthread_rwlock_rdlock(&disk->rw);
+  unsigned gen = disk->exclusive_gen;
+  int prc = snap_prepare(disk, guid, &sp);
+  pthread_rwlock_unlock(&disk->rw);
+  if (prc < 0)
+    return -1;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  disk_lock_exclusive(disk); /* drains in-flight I/O: nothing acknowledged is left out */
+  if (disk->exclusive_gen != gen + 1) {
+    /* Another structure change came between: prepare again, now inside. */
+    snap_prep_drop(disk, &sp);
+    if (snap_prepare(disk, guid, &sp) < 0)
+      goto out;
+  }
+  struct ploop_delta *top = disk->deltas[0];
+  if (descriptor_write_tmp(sp.nd, &tfd) < 0)
     goto fail_unlink;
   /* The old top becomes immutable: every acknowledged write and its BAT
    * entry durable, the in-use mark cleared, before the descriptor says so.
    * Its last sync, the new delta's and the descriptor's run at once. */
   if (delta_seal_begin(top) < 0)
     goto fail_seal;
-  struct store_obj *objs[2] = {&top->so, &nso};
+  struct store_obj *objs[2] = {&top->so, &sp.nso};
   if (store_flush_all(objs, 2, &tfd, 1) < 0)
     goto fail_seal;
   ploop_fault_point("snapshot-synced");
-  if (descriptor_commit_tmp(nd, tfd, true) < 0) {
+  if (descriptor_commit_tmp(sp.nd, tfd, true) < 0) {
     tfd = -1;
     goto fail_seal;
   }
-  store_close(&nso);
+  store_close(&sp.nso);
   top->rdwr = false;
   memmove(&disk->deltas[1], &disk->deltas[0], disk->n * sizeof disk->deltas[0]);
-  disk->deltas[0] = nt;
+  disk->deltas[0] = sp.nt;
   disk->n++;
   ploop_descriptor_free(disk->desc);
-  disk->desc = nd;
-  nd = NULL;
-  nt = NULL;
+  disk->desc = sp.nd;
+  sp.nd = NULL;
+  sp.nt = NULL;
   if (out)
-    snprintf(out, PLOOP_UUID_LEN + 1, "%s", g);
+    snprintf(out, PLOOP_UUID_LEN + 1, "%s", sp.g);
   rc = 0;
   goto out;
 fail_seal:
@@ -107,15 +156,20 @@ fail_seal:
   delta_write_header(top);
 fail_unlink:
   if (tfd >= 0)
-    descriptor_abort_tmp(nd, tfd);
-  store_close(&nso);
-  delta_close(nt, false);
-  nt = NULL;
-  store_remove(disk->dir, path);
+    descriptor_abort_tmp(sp.nd, tfd);
+  snap_prep_drop(disk, &sp);
 out:
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  disk->snapshot_pause_us =
+      (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
   disk_unlock_exclusive(disk);
-  ploop_descriptor_free(nd);
+  ploop_descriptor_free(sp.nd);
   return rc;
+}
+
+uint64_t ploop_disk_snapshot_pause_us(const struct ploop_disk *disk)
+{
+  return disk->snapshot_pause_us;
 }
 
 /* Offline: the top is closed and clean, so nothing in it changes; a new

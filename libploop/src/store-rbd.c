@@ -20,8 +20,8 @@
 /* librados and librbd are loaded on the first use of an rbd: disk: linked
  * in, their start-up (C++ initializers, dozens of libraries) cost every
  * ploop process ~0.8 s on a busy host, whether it touched Ceph or not. */
-#define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock) X(rados_remove)
-#define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes)
+#define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock) X(rados_set_pool_full_try) X(rados_remove)
+#define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes) X(rbd_aio_create_completion) X(rbd_aio_read) X(rbd_aio_write) X(rbd_aio_get_return_value) X(rbd_aio_release)
 #define DECLARE(f) __typeof__(&f) p_##f;
 static struct {
   RADOS_FUNCS(DECLARE) RBD_FUNCS(DECLARE)
@@ -72,6 +72,7 @@ static int lib_ready(void)
 #define rados_list_lockers (*lib.p_rados_list_lockers)
 #define rados_break_lock (*lib.p_rados_break_lock)
 #define rados_remove (*lib.p_rados_remove)
+#define rados_set_pool_full_try (*lib.p_rados_set_pool_full_try)
 #define rbd_open (*lib.p_rbd_open)
 #define rbd_open_read_only (*lib.p_rbd_open_read_only)
 #define rbd_close (*lib.p_rbd_close)
@@ -92,6 +93,11 @@ static int lib_ready(void)
 #define rbd_resize2 (*lib.p_rbd_resize2)
 #define rbd_flush (*lib.p_rbd_flush)
 #define rbd_write_zeroes (*lib.p_rbd_write_zeroes)
+#define rbd_aio_create_completion (*lib.p_rbd_aio_create_completion)
+#define rbd_aio_read (*lib.p_rbd_aio_read)
+#define rbd_aio_write (*lib.p_rbd_aio_write)
+#define rbd_aio_get_return_value (*lib.p_rbd_aio_get_return_value)
+#define rbd_aio_release (*lib.p_rbd_aio_release)
 
 #define RBD_ORDER 20 /* 1 MiB objects: one default ploop cluster per object */
 
@@ -185,6 +191,11 @@ static int connect_pool(const struct rbd_loc *l, rados_t *cluster, rados_ioctx_t
   rc = rados_ioctx_create(c->cluster, l->pool, io);
   if (rc < 0)
     return rbd_fail("open pool", l->pool, rc);
+  /* A full pool answers ENOSPC (EDQUOT over a quota) instead of holding
+   * every write until space comes back: librados pauses writes to a full
+   * pool by default, which would hang the disk's clients. librbd carries
+   * the flag into the I/O of images opened on this context. */
+  rados_set_pool_full_try(*io);
   return 0;
 }
 
@@ -382,6 +393,14 @@ static int s_pread(struct store_obj *o, void *buf, size_t len, uint64_t off)
   return 0;
 }
 
+/* librbd calls a resize's progress function without checking it for NULL
+ * when a shrink removes objects (a NULL one crashed the process). */
+static int no_progress(uint64_t done, uint64_t total, void *arg)
+{
+  (void)done, (void)total, (void)arg;
+  return 0;
+}
+
 /* RBD images do not grow when written: a write past the end is cut short
  * or refused. Grow first (only ever up: a resize is one metadata update). */
 static int grow_to(struct store_obj *o, uint64_t end)
@@ -392,7 +411,7 @@ static int grow_to(struct store_obj *o, uint64_t end)
   pthread_mutex_lock(&r->grow);
   int rc = 0;
   if (end > r->size) {
-    rc = rbd_resize2(r->img, end, false, NULL, NULL);
+    rc = rbd_resize2(r->img, end, false, no_progress, NULL);
     if (rc == 0)
       __atomic_store_n(&r->size, end, __ATOMIC_RELEASE);
   }
@@ -416,6 +435,52 @@ static int s_pwrite(struct store_obj *o, const void *buf, size_t len, uint64_t o
                                                       : "");
   if ((size_t)n != len)
     return ploop_error(PLOOP_ERR_IO, EIO, "%s: short write at %llu", o->path, (unsigned long long)off);
+  return 0;
+}
+
+/* librbd's completion thread: one at a time, never concurrent. A write's
+ * value is 0 once it is on every replica (rbd_cache is off), a read's the
+ * bytes read. */
+static void aio_complete(rbd_completion_t c, void *arg)
+{
+  struct store_aio *req = arg;
+  ssize_t v = rbd_aio_get_return_value(c);
+  rbd_aio_release(c);
+  int rc = 0;
+  if (v < 0)
+    rc = (int)v;
+  else if (!req->write && (size_t)v < req->len)
+    memset((char *)req->buf + v, 0, req->len - (size_t)v);
+  req->done(req, rc);
+}
+
+static int s_aio(struct store_obj *o, struct store_aio *req)
+{
+  struct rbd_obj *r = o->priv;
+  size_t len = req->len;
+  if (req->write) {
+    if (grow_to(o, req->off + req->len) < 0) /* as s_pwrite: the image does not grow when written */
+      return -ploop_get_errno();
+  } else {
+    /* Past the end reads as zeros, as s_pread. */
+    uint64_t size = __atomic_load_n(&r->size, __ATOMIC_ACQUIRE);
+    len = req->off >= size ? 0 : (size_t)min_u64(len, size - req->off);
+    if (!len) {
+      memset(req->buf, 0, req->len);
+      req->done(req, 0);
+      return 0;
+    }
+  }
+  rbd_completion_t c;
+  int rc = rbd_aio_create_completion(req, aio_complete, &c);
+  if (rc < 0)
+    return rc;
+  rc = req->write ? rbd_aio_write(r->img, req->off, len, req->buf, c)
+                  : rbd_aio_read(r->img, req->off, len, req->buf, c);
+  if (rc < 0) {
+    rbd_aio_release(c);
+    return rc;
+  }
   return 0;
 }
 
@@ -446,7 +511,7 @@ static int s_truncate(struct store_obj *o, uint64_t bytes)
 {
   struct rbd_obj *r = o->priv;
   pthread_mutex_lock(&r->grow);
-  int rc = rbd_resize2(r->img, bytes, true, NULL, NULL);
+  int rc = rbd_resize2(r->img, bytes, true, no_progress, NULL);
   if (rc == 0)
     __atomic_store_n(&r->size, bytes, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&r->grow);
@@ -669,6 +734,7 @@ const struct store_ops store_rbd_ops = {
     .sync_names = s_sync_names,
     .pread = s_pread,
     .pwrite = s_pwrite,
+    .aio = s_aio,
     .flush = s_flush,
     .size = s_size,
     .truncate = s_truncate,

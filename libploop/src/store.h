@@ -18,6 +18,16 @@ struct store_obj {
   const char *path; /* for messages (the delta's path) */
 };
 
+/* One asynchronous read or write (store_ops.aio). The caller embeds it in
+ * its own record and keeps it, BUF included, until DONE has run. */
+struct store_aio {
+  void (*done)(struct store_aio *req, int rc); /* once, on a store thread; rc 0 or -errno; keep it short */
+  void *buf;
+  size_t len;
+  uint64_t off;
+  bool write;
+};
+
 /* store_zero HOW */
 enum store_zero_how {
   STORE_ZERO_KEEP,     /* reads as zeros, space stays allocated (no size change) */
@@ -45,6 +55,12 @@ struct store_ops {
    * the end grows the delta. Error set on failure. */
   int (*pread)(struct store_obj *o, void *buf, size_t len, uint64_t off);
   int (*pwrite)(struct store_obj *o, const void *buf, size_t len, uint64_t off);
+  /* Starts REQ as pread/pwrite would run it (a write past the end grows
+   * the delta first, synchronously; a read past the end gets zeros). 0:
+   * REQ->done will run (perhaps before this returns); -errno: it will not.
+   * NULL when the store has none (the file store's asynchronous I/O is
+   * libaio on its fd, io.c). */
+  int (*aio)(struct store_obj *o, struct store_aio *req);
   /* Everything completed before is durable. */
   int (*flush)(struct store_obj *o);
   /* Size in bytes and bytes the store holds for it (0 if unknown). */

@@ -3,13 +3,17 @@
  * writes in flight; only after the end frame is verified does a descriptor
  * rewrite (.tmp, fsync, rename) make them part of the disk. Before that
  * nothing the disk's descriptor names has changed, so a failure only has
- * to remove the new files. */
+ * to remove the new files. ploop_receive_device writes an incremental
+ * stream's clusters in place into a device that shows the base state (an
+ * attached disk), with the same checks. */
 #include <dirent.h>
 #include <libgen.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +39,8 @@ struct wslot {
 };
 
 struct receiver {
+  int dev; /* ploop_receive_device: the target, or -1 */
+  uint64_t dev_bytes;
   char dir[PATH_MAX];
   bool full, made_lock;
   bool staging; /* full: R->dir is a hidden directory renamed to final_dir at the end */
@@ -114,8 +120,15 @@ static int free_slot(struct receiver *r)
 /* Starts the write of slot S's cluster VC from BUF into the current layer. */
 static int start_write(struct receiver *r, unsigned s, uint64_t vc, const uint8_t *buf)
 {
-  struct ploop_delta *d = cur_delta(r);
   struct wslot *w = &r->slot[s];
+  if (r->dev >= 0) {
+    /* In place; the device ends at the disk's size, which may cut the last cluster. */
+    uint64_t off = vc * r->cb, len = r->dev_bytes - off < r->cb ? r->dev_bytes - off : r->cb;
+    *w = (struct wslot){.vc = vc, .off = off, .busy = true};
+    aio_start(&r->aio, s, r->dev, "the device", (void *)buf, (size_t)len, off, 1);
+    return collect(r, false) < 0 ? -1 : 0;
+  }
+  struct ploop_delta *d = cur_delta(r);
   uint64_t off;
   int a = delta_alloc_begin(d, vc, &off);
   if (a < 0)
@@ -213,6 +226,12 @@ static int open_layer(struct receiver *r, const char *guid, const char *parent, 
   struct layer *l = &r->layers[r->n_layers];
   snprintf(l->guid, sizeof l->guid, "%s", guid);
   snprintf(l->parent, sizeof l->parent, "%s", parent);
+  if (r->dev >= 0) { /* every layer goes into the device, the newest last */
+    r->n_layers++;
+    memset(r->seen, 0, div_round_up(r->clusters, 8));
+    r->round_closed = false;
+    return 0;
+  }
   if (r->full && r->n_layers == 0)
     snprintf(l->file, sizeof l->file, "%s", PLOOP_DEFAULT_IMAGE_NAME);
   else
@@ -239,6 +258,8 @@ static int seal_layer(struct receiver *r)
 {
   if (!r->n_layers)
     return 0;
+  if (r->dev >= 0)
+    return drain(r); /* a layer's clusters in before the next layer's overwrite them */
   struct ploop_delta *d = cur_delta(r);
   if (!d->rdwr)
     return 0;
@@ -578,6 +599,8 @@ out:
  * directory of a full receive. The disk's descriptor was never changed. */
 static void undo(struct receiver *r)
 {
+  if (r->dev >= 0)
+    return; /* the device keeps what was written: its caller discards it */
   for (unsigned i = 0; i < r->n_layers; i++) {
     if (r->layers[i].d)
       r->layers[i].d->rdwr = false; /* going away: nothing to flush into it */
@@ -610,15 +633,42 @@ static double now(void)
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, struct ploop_stream_stats *st,
-                  char *received_guid)
+/* The device holds BASE's state: the stream must build on it and fit. */
+static int prepare_device(struct receiver *r, const char *base)
+{
+  if (r->full)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "the device: a full stream needs a new disk, not a device");
+  if (base && strcmp(base, r->h.base_guid))
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "the device holds snapshot %s, the stream builds on %s", base,
+                       r->h.base_guid);
+  struct stat sb;
+  uint64_t bytes = 0;
+  if (fstat(r->dev, &sb) < 0)
+    return ploop_error_os("the device", "stat");
+  if (S_ISBLK(sb.st_mode) ? ioctl(r->dev, BLKGETSIZE64, &bytes) < 0 : (bytes = (uint64_t)sb.st_size, false))
+    return ploop_error_os("the device", "size");
+  if (bytes < r->h.virtual_bytes || bytes % 512)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "the device has %llu bytes, the stream's disk %llu",
+                       (unsigned long long)bytes, (unsigned long long)r->h.virtual_bytes);
+  r->dev_bytes = r->h.virtual_bytes;
+  return 0;
+}
+
+/* Every write in, then durable. */
+static int commit_device(struct receiver *r)
+{
+  if (drain(r) < 0)
+    return -1;
+  if (fsync(r->dev) < 0)
+    return ploop_error_os("the device", "fsync");
+  return 0;
+}
+
+/* ploop_receive (DIR) or ploop_receive_device (R->dev, BASE). */
+static int receive(struct receiver *r, const char *dir, const char *base, const struct ploop_receive_opts *o,
+                   struct ploop_stream_stats *st, char *received_guid)
 {
   double t0 = now();
-  struct receiver *r = calloc(1, sizeof *r);
-  if (!r)
-    return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
-  r->in.fd = fd;
-  r->lock = -1;
   if (o) {
     r->progress = o->progress;
     r->opaque = o->opaque;
@@ -631,7 +681,9 @@ int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, s
   r->cb = r->h.cluster_bytes;
   r->clusters = div_round_up(r->h.virtual_bytes, r->cb);
   r->full = !(r->h.flags & PLOOP_STREAM_INCREMENTAL);
-  if ((r->full ? prepare_full(r, dir) : prepare_incremental(r, dir)) < 0)
+  if ((r->dev >= 0 ? prepare_device(r, base)
+       : r->full   ? prepare_full(r, dir)
+                   : prepare_incremental(r, dir)) < 0)
     goto out;
   uint64_t n = RECV_INFLIGHT_BYTES / r->cb;
   /* No more buffers than the stream has data clusters (its header says how
@@ -656,7 +708,7 @@ int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, s
     goto out;
   if (r->progress)
     r->progress(r->opaque, 0, r->h.data_clusters * r->cb);
-  if (read_frames(r) < 0 || commit(r) < 0)
+  if (read_frames(r) < 0 || (r->dev >= 0 ? commit_device(r) : commit(r)) < 0)
     goto out;
   if (r->progress)
     r->progress(r->opaque, r->h.data_clusters * r->cb, r->h.data_clusters * r->cb);
@@ -690,4 +742,30 @@ out:
   free(r->seen);
   free(r);
   return rc;
+}
+
+int ploop_receive(const char *dir, const struct ploop_receive_opts *o, int fd, struct ploop_stream_stats *st,
+                  char *received_guid)
+{
+  struct receiver *r = calloc(1, sizeof *r);
+  if (!r)
+    return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+  r->in.fd = fd;
+  r->lock = -1;
+  r->dev = -1;
+  return receive(r, dir, NULL, o, st, received_guid);
+}
+
+int ploop_receive_device(int dev, const char *base_guid, const struct ploop_receive_opts *o, int fd,
+                         struct ploop_stream_stats *st, char *received_guid)
+{
+  if (dev < 0)
+    return ploop_error(PLOOP_ERR_PARAM, EBADF, "receive into a device: no device");
+  struct receiver *r = calloc(1, sizeof *r);
+  if (!r)
+    return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
+  r->in.fd = fd;
+  r->lock = -1;
+  r->dev = dev;
+  return receive(r, NULL, base_guid, o, st, received_guid);
 }

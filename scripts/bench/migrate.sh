@@ -98,6 +98,8 @@ bench_size() {
       vals=$(for f in "$TMP"/ph."$name".*.json; do [[ -e $f ]] && jget "$f" "phases_ms.$p"; done | median)
       phases+="$p=$vals "
     done
+    # the destination's early attach after round 0 (outside the frozen window)
+    phases+="(before the freeze: dest_pre_attach=$(for f in "$TMP"/ph."$name".*.json; do [[ -e $f ]] && jget "$f" dest_pre_attach_ms; done | median))"
     rm -f "$TMP"/ph."$name".*.json
     printf '%-10s %7s %10s %10s %11s   %s\n' "$name" \
       "$(printf '%s\n' "${rounds[@]}" | median)" \

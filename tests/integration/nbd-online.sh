@@ -146,6 +146,17 @@ mkdir -p "$TMP/other"
 $PLOOP init -t none -s 16M "$TMP/other/root.hds" >/dev/null
 expect_fail $PLOOP_NBD --snapshot "$UUID" -U "$TMP/x.sock" "$TMP/disk" "$TMP/other" >/dev/null
 
+# A bare export is a running device too: snapshot-switch is refused as
+# OpenVZ refuses it (its NBD clients would see the blocks change), exit 17.
+rc=0
+err=$($PLOOP snapshot-switch -u "$UUID" "$TMP/disk" 2>&1) || rc=$?
+[[ $rc -eq 17 ]] || fail "snapshot-switch of a served disk exited $rc: $err"
+grep -q "switch to snapshot operation on running device (served by ploop-nbd)" <<<"$err" ||
+  fail "snapshot-switch of a served disk says: $err"
+# compact of a bare export: no filesystem to trim, the daemon compacts.
+out=$($PLOOP compact "$TMP/disk") || fail "compact of a served disk: $out"
+grep -q "^$TMP/disk: 0 bytes trimmed, [0-9]* bytes reclaimed" <<<"$out" || fail "compact of a served disk says: $out"
+
 # ---- INFO, merge refused while the snapshot is exported ----------------
 info=$($PLOOP_NBD --ctl "$TMP/disk" INFO)
 python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["snapshots"][0]["guid"]==sys.argv[2] and d["depth"]==2, d' "$info" "$GUID" ||

@@ -99,12 +99,24 @@ for sig in INT TERM; do
 done
 echo "ok: import ($n interrupts)"
 
-# --- import into an existing disk: consistent, either state's clusters
-mkdir exist && $PLOOP init -t none -s 40M exist/root.hds >/dev/null
-for t in $(moments "$dur" | head -2); do
+# --- import into an existing disk: the old state, or the whole new one,
+# and no snapshot left behind (the import's own is merged or dropped)
+head -c 24M /dev/urandom >old.raw
+for t in $(moments "$dur" | head -3); do
+  rm -rf exist && mkdir exist && $PLOOP init -t none -s 40M exist/root.hds >/dev/null
+  $PLOOP import old.raw exist >/dev/null
+  OLD_SUM=$(disk_sum exist)
   interrupt INT "$t" $PLOOP import src.raw exist
   expect_interrupted "import into a disk at ${t}s" INT
   both_clean exist "import into a disk at ${t}s"
+  got=$(disk_sum exist)
+  if [[ $DONE -eq 1 ]]; then
+    [[ $got == "$REF_SUM" ]] || fail "import into a disk at ${t}s (finished): differs from the source"
+  else
+    [[ $got == "$OLD_SUM" ]] || fail "import into a disk at ${t}s (exit $RC): not the old state"
+  fi
+  [[ $($PLOOP snapshot-list -H exist | wc -l) -eq 1 ]] || fail "import into a disk at ${t}s: left a snapshot: $($PLOOP snapshot-list exist)"
+  echo "  import into a disk, SIGINT at ${t}s: exit $RC, $([[ $DONE -eq 1 ]] && echo new || echo old) state"
 done
 echo "ok: import into an existing disk"
 

@@ -109,6 +109,8 @@ if [[ $(id -u) -eq 0 ]] && command -v mkfs.ext4 >/dev/null && command -v dumpe2f
     [[ $(cat mnt/one mnt/two) == "one
 two" ]] || fail "online delete changed the mounted data"
     code_is 17 $PLOOP snapshot-switch -u "$s" f
+    expect_fail $PLOOP snapshot-switch -u "$s" f | grep -q "Unable to perform switch to snapshot operation on running device (/dev/.* mounted on $TMP/mnt)" ||
+      fail "snapshot-switch of a mounted disk: not OpenVZ's wording"
     code_is 43 $PLOOP snapshot-delete -u '{11111111-2222-3333-4444-555555555555}' f
     $PLOOP umount f >/dev/null || fail "umount after mount -F"
     $PLOOP check -f f >/dev/null || fail "check after the online verbs"

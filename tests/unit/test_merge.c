@@ -266,3 +266,15 @@ Test(merge, up_keeps_the_childs_temporary_mark)
 {
   merge_temporary_child(true);
 }
+
+/* An empty top merged into an empty parent (what dropping an import's
+ * top does on a new disk): the parent stays flagged empty, as OpenVZ's
+ * check demands of a delta with no clusters (m_Flags bit 0, offset 52). */
+Test(merge, empty_into_empty_keeps_the_empty_flag)
+{
+  make_disk(DISK_SIZE, CL / 512);
+  char snap[PLOOP_UUID_LEN + 1];
+  OK(ploop_snapshot_create(tpath(""), NULL, snap));
+  OK(ploop_snapshot_merge(tpath(""), NULL, false, NULL, NULL));
+  cr_assert_eq(raw_le32(tpath("root.hds"), 52) & 1, 1, "the merged, empty delta lost its Empty flag");
+}

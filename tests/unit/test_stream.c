@@ -427,3 +427,85 @@ Test(stream, header_over_the_bat_limit_is_refused)
   cr_assert_eq(ploop_get_status(), PLOOP_ERR_CORRUPT);
   cr_assert(strstr(ploop_get_error(), "BAT limit"), "%s", ploop_get_error());
 }
+
+/* Feeds B through a pipe to ploop_receive_device into DEV. */
+static int recv_blob_device(int dev, const char *base, struct blob b, char *guid)
+{
+  int p[2];
+  cr_assert(pipe(p) == 0);
+  struct feeder f = {.fd = p[1], .b = b};
+  pthread_t t;
+  cr_assert(pthread_create(&t, NULL, feed, &f) == 0);
+  int rc = ploop_receive_device(dev, base, NULL, p[0], NULL, guid);
+  close(p[0]);
+  pthread_join(t, NULL);
+  return rc;
+}
+
+/* A file holding VIEW's bytes (DISK_SIZE), as an attached disk would show them. */
+static int device_of(const char *guid)
+{
+  uint64_t size;
+  uint8_t *v = read_view(guid, &size);
+  int fd = memfd_create("device", 0);
+  cr_assert(fd >= 0 && pwrite(fd, v, size, 0) == (ssize_t)size);
+  free(v);
+  return fd;
+}
+
+static void assert_device_is(int dev, const char *guid)
+{
+  uint64_t size;
+  uint8_t *want = read_view(guid, &size), *got = malloc(size);
+  cr_assert(pread(dev, got, size, 0) == (ssize_t)size);
+  if (memcmp(got, want, size))
+    assert_equal_model(got, want, size, guid);
+  free(want);
+  free(got);
+}
+
+Test(stream, device_receive_writes_the_newest_state_in_place)
+{
+  char s[4][PLOOP_UUID_LEN + 1], got[PLOOP_UUID_LEN + 1];
+  make_chain(s);
+  int dev = device_of(s[1]);
+  /* two layers (S2 zeroes cluster 5, S3 rewrites 40): the newest wins */
+  struct ploop_send_opts o = {.guid = s[3], .since = s[1], .snapshots = true};
+  struct blob b = send_mem(&o, NULL);
+  OK(recv_blob_device(dev, s[1], b, got));
+  cr_assert_str_eq(got, s[3]);
+  assert_device_is(dev, s[3]);
+  free(b.p);
+  close(dev);
+}
+
+Test(stream, device_receive_refuses_another_base_or_a_full_stream)
+{
+  char s[4][PLOOP_UUID_LEN + 1];
+  make_chain(s);
+  int dev = device_of(s[1]);
+  struct ploop_send_opts inc = {.guid = s[3], .since = s[2]}, full = {.guid = s[1]};
+  struct blob b = send_mem(&inc, NULL);
+  cr_assert_eq(recv_blob_device(dev, s[1], b, NULL), -1, "a stream on S2 applied to S1's state");
+  cr_assert(strstr(ploop_get_error(), s[2]), "%s", ploop_get_error());
+  free(b.p);
+  b = send_mem(&full, NULL);
+  cr_assert_eq(recv_blob_device(dev, NULL, b, NULL), -1, "a full stream applied to a device");
+  free(b.p);
+  assert_device_is(dev, s[1]);
+  close(dev);
+}
+
+Test(stream, device_receive_refuses_a_damaged_stream)
+{
+  char s[4][PLOOP_UUID_LEN + 1];
+  make_chain(s);
+  int dev = device_of(s[1]);
+  struct ploop_send_opts o = {.guid = s[2], .since = s[1]};
+  struct blob b = send_mem(&o, NULL);
+  b.p[b.len - 200] ^= 0x10; /* in the last data frame's payload or the frames after it */
+  cr_assert_eq(recv_blob_device(dev, s[1], b, NULL), -1, "a damaged stream applied");
+  cr_assert_eq(ploop_get_status(), PLOOP_ERR_CORRUPT, "%s", ploop_get_error());
+  free(b.p);
+  close(dev);
+}

@@ -316,8 +316,8 @@ static int adopt_restored_tree(const struct ct_cgroup *cg)
   return rc < 0 ? ct_wrap("move the restored processes into their cgroups") : 0;
 }
 
-static int restore_monitor(const char *name, const char *criu_bin, const char *dir,
-                           const struct criu_meta *m, bool lazy, int ready_fd)
+static int restore_monitor(const char *name, const char *criu_bin, const char *dir, const struct criu_meta *m,
+                           bool lazy, bool adopt, int ready_fd)
 {
   cleanup_free char *diskdir = ct_path(name, "disk");
   cleanup_free char *mnt = ct_path(name, "rootfs");
@@ -329,8 +329,10 @@ static int restore_monitor(const char *name, const char *criu_bin, const char *d
   sigprocmask(SIG_BLOCK, &fwd, &old);
   if (container_recover(name) < 0)
     goto fail;
-  bool kept = disk_is_mounted(mnt);
-  if (!kept) {
+  /* ADOPT: the caller mounted the disk for this run; it is ours to undo */
+  bool kept = disk_is_mounted(mnt) && !adopt;
+  mounted = adopt;
+  if (!kept && !mounted) {
     if (disk_mount(diskdir, mnt) < 0)
       goto fail;
     mounted = true;
@@ -384,8 +386,8 @@ fail:
   return -1;
 }
 
-int ct_restore(const char *name, const char *criu_bin, const char *images_dir, bool lazy_pages,
-               struct ct_criu_times *times)
+static int restore(const char *name, const char *criu_bin, const char *images_dir, bool lazy_pages,
+                   bool adopt, struct ct_criu_times *times)
 {
   uint64_t t0 = now_ns();
   if (ct_require(name) < 0)
@@ -410,7 +412,7 @@ int ct_restore(const char *name, const char *criu_bin, const char *images_dir, b
   if (pid < 0)
     return -1;
   if (pid == 0) {
-    int rc = restore_monitor(name, criu_bin, dir, &m, lazy_pages, pfd[1]);
+    int rc = restore_monitor(name, criu_bin, dir, &m, lazy_pages, adopt, pfd[1]);
     _exit(rc < 0 ? 1 : rc);
   }
   char msg[1200];
@@ -465,4 +467,15 @@ int ct_restore_lazy_wait(const char *images_dir, unsigned timeout_ms)
     nanosleep(&ts, NULL);
   }
   return ct_fail(0, "criu lazy-pages (pid %s) still copying memory after %u ms", buf, timeout_ms);
+}
+
+int ct_restore(const char *name, const char *criu_bin, const char *images_dir, bool lazy_pages,
+               struct ct_criu_times *times)
+{
+  return restore(name, criu_bin, images_dir, lazy_pages, false, times);
+}
+
+int ct_restore_adopt(const char *name, const char *criu_bin, const char *images_dir)
+{
+  return restore(name, criu_bin, images_dir, false, true, NULL);
 }

@@ -50,6 +50,11 @@ int ct_checkpoint(const char *name, const char *criu_bin, const char *images_dir
  * background: IMAGES_DIR must stay until ct_restore_lazy_wait() returned. */
 int ct_restore(const char *name, const char *criu_bin, const char *images_dir, bool lazy_pages,
                struct ct_criu_times *times);
+/* ct_restore of a container whose disk the caller mounted for this run
+ * (a migration's destination mounts it before COMMIT): the monitor owns
+ * that mount, and unmounts it when the container stops or the restore
+ * fails. */
+int ct_restore_adopt(const char *name, const char *criu_bin, const char *images_dir);
 /* After a lazy restore: waits until all memory is back (the daemon is
  * done with IMAGES_DIR). 0 at once for a restore that was not lazy. */
 int ct_restore_lazy_wait(const char *images_dir, unsigned timeout_ms);

@@ -26,6 +26,7 @@
 #include "libploop.h"
 #include "migrate-images.h"
 #include "migrate-internal.h"
+#include "migrate-preattach.h"
 #include "migrate-proto.h"
 #include "migrate-shared.h"
 #include "util.h"
@@ -52,6 +53,8 @@ struct dst {
   unsigned image_files;
   char **cfg_kv;        /* the source's network and limits (config keys) */
   size_t cfg_n;
+  bool preattach;          /* offered in WELCOME */
+  struct mig_preattach pa; /* attached before the freeze (ATTACH) */
 };
 
 #define MIG_MAX_IMAGE_BYTES (16ull << 30)
@@ -174,14 +177,21 @@ static int on_round(struct dst *d, const char *msg)
   mig_kv(msg, "guid", guid, sizeof guid);
   struct ploop_stream_stats st = {0};
   char got[PLOOP_UUID_LEN + 1] = "";
-  if (ploop_receive(d->diskdir, NULL, d->fd, &st, got) < 0)
+  if (d->pa.attached) {
+    /* the disk is served: the round goes into its top, on the state before */
+    if (mig_preattach_receive(&d->pa, d->pa.holds, d->fd, &st, got, final) < 0)
+      return ct_wrap("round %" PRIu64, round);
+  } else if (ploop_receive(d->diskdir, NULL, d->fd, &st, got) < 0) {
     return ct_fail(0, "round %" PRIu64 ": %s", round, ploop_get_error());
+  }
   if (guid[0] && strcmp(guid, got) != 0)
     return ct_fail(0, "round %" PRIu64 ": the stream carried %s, announced %s", round, got, guid);
   d->next_round++;
   d->final_seen = final != 0;
-  /* the round's snapshot is the migration's, merged away after COMMIT */
-  if (d->rec.n_snaps < sizeof d->rec.snaps / sizeof d->rec.snaps[0])
+  snprintf(d->pa.holds, sizeof d->pa.holds, "%s", got);
+  /* the round's snapshot is the migration's, merged away after COMMIT (one
+   * written into the served top is no snapshot here) */
+  if (!d->pa.attached && d->rec.n_snaps < sizeof d->rec.snaps / sizeof d->rec.snaps[0])
     snprintf(d->rec.snaps[d->rec.n_snaps++], sizeof d->rec.snaps[0], "%s", got);
   cleanup_free char *ack = xasprintf("round=%" PRIu64 "\nguid=%s\nbytes=%" PRIu64 "\nreceive_ms=%.1f\n",
                                      round, got, st.bytes, st.seconds * 1e3);
@@ -215,6 +225,18 @@ static int on_file(struct dst *d, const char *msg)
   return 0;
 }
 
+/* ATTACH, after round 0: attach now, while the source still runs. */
+static int on_attach(struct dst *d)
+{
+  if (!d->preattach || d->pa.attached || !d->next_round || d->final_seen)
+    return ct_fail(0, "protocol error: ATTACH %s", d->preattach ? "out of turn" : "not offered");
+  if (mig_preattach_attach(&d->pa, d->diskdir) < 0)
+    return -1;
+  char msg[48];
+  snprintf(msg, sizeof msg, "attach_ms=%.1f\n", d->pa.attach_ms);
+  return mig_send_text(d->fd, MIG_ATTACHED, msg);
+}
+
 static int on_prepare(struct dst *d, const char *msg)
 {
   uint64_t t0 = now_ns();
@@ -228,8 +250,13 @@ static int on_prepare(struct dst *d, const char *msg)
   if (ct_config_save(&d->cfg) < 0 || mig_config_apply(d->name, d->cfg_kv, d->cfg_n) < 0 ||
       (d->shared && mig_shared_dest_config(d->name, d->diskdir, d->shared_created) < 0))
     return -1;
-  /* a restore mounts the disk itself (its monitor owns the mount) */
-  if (d->ra.argc && !d->criu) {
+  /* attached early: only the mount is left, for a restore too (its monitor
+   * adopts it); else a restore mounts the disk itself (its monitor owns it) */
+  if (d->ra.argc && d->pa.attached) {
+    if (mig_preattach_mount(&d->pa, d->mnt) < 0)
+      return -1;
+    d->mounted = true;
+  } else if (d->ra.argc && !d->criu) {
     if (disk_mount(d->diskdir, d->mnt) < 0)
       return -1;
     d->mounted = true;
@@ -281,7 +308,9 @@ static int on_commit(struct dst *d)
     /* ct_restore takes the container's lock itself, for its monitor */
     close(d->lock);
     d->lock = -1;
-    restored = ct_restore(d->name, d->criu_bin, d->images, false, NULL) == 0;
+    restored = (d->mounted ? ct_restore_adopt(d->name, d->criu_bin, d->images)
+                           : ct_restore(d->name, d->criu_bin, d->images, false, NULL)) == 0;
+    d->mounted = false; /* the restore's monitor took the mount, and undid it on failure */
     if (!restored) {
       snprintf(criu_err, sizeof criu_err, "%s", ct_error());
       fprintf(stderr, "ploop-container: %s: CRIU restore failed, starting its command again: %s\n",
@@ -395,7 +424,7 @@ static int authenticate(int fd, const struct mig_auth *auth, const char *hello, 
 
 static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
 {
-  struct dst d = {.fd = fd, .timeout_s = timeout_s, .lock = -1};
+  struct dst d = {.fd = fd, .timeout_s = timeout_s, .lock = -1, .pa = {.dev = -1}};
   char cn[MIG_NONCE_HEX + 1] = "", sn[MIG_NONCE_HEX + 1] = "";
   unsigned t;
   char *msg = NULL;
@@ -436,8 +465,9 @@ static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
   for (char *c = d.criu_why; *c; c++)
     if (*c == '\n')
       *c = ' ';
-  snprintf(w, sizeof w, "version=%d\ncriu=%d\ncriu_why=%s\nproof=%s\nshared=1\n", MIG_VERSION,
-           d.criu_bin != NULL, d.criu_why, proof);
+  d.preattach = !d.shared && strcmp(d.mode, "online") == 0 && mig_preattach_offered();
+  snprintf(w, sizeof w, "version=%d\ncriu=%d\ncriu_why=%s\nproof=%s\npreattach=%d\nshared=1\n", MIG_VERSION,
+           d.criu_bin != NULL, d.criu_why, proof, d.preattach);
   if (mig_send_text(fd, MIG_WELCOME, w) < 0)
     goto fail;
   for (;;) {
@@ -449,6 +479,7 @@ static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
     switch (t) {
     case MIG_ROUND: r = on_round(&d, msg); break;
     case MIG_FILE: r = on_file(&d, msg); break;
+    case MIG_ATTACH: r = on_attach(&d); break;
     case MIG_PREPARE: r = on_prepare(&d, msg); break;
     case MIG_HANDOVER: r = on_handover(&d); break;
     case MIG_COMMIT: r = on_commit(&d); break;
@@ -481,6 +512,7 @@ fail:
     linger_close(fd);
   }
 out:
+  mig_preattach_close(&d.pa);
   if (d.lock >= 0)
     close(d.lock);
   if (rc < 0 && d.created)

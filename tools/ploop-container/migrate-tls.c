@@ -207,10 +207,13 @@ int mig_tls_accept(int fd, unsigned timeout_s)
   if (n == 0 || b != TLS_HANDSHAKE_RECORD) {
     if (cfg.mode == TLS_ON)
       return fd; /* plain, as the source wants (or its EOF, for serve to see) */
+    if (n == 0) {
+      close(fd);
+      return ct_fail(0, "the peer closed the connection before the TLS handshake");
+    }
     ct_fail(0, "TLS required: the source connected without TLS (give migrate the same "
                "--tls-psk or --tls-certificates)");
-    if (n > 0)
-      mig_send_error(fd, ct_error());
+    mig_send_error(fd, ct_error());
     drain_close(fd);
     return -1;
   }

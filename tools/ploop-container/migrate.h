@@ -14,7 +14,7 @@
 #define CT_EXIT_IN_DOUBT 6
 #define MIG_MAX_ROUNDS 64
 #define MIG_DEFAULT_ROUNDS 8
-#define MIG_DEFAULT_MIN_ROUND (16ull << 20)
+#define MIG_DEFAULT_MIN_ROUND (4ull << 20)
 #define MIG_DEFAULT_TIMEOUT 30
 
 struct mig_opts {
@@ -31,12 +31,12 @@ struct mig_opts {
  * destination's own share of prepare and commit comes back in READY and
  * COMMITTED (dest_*); the rest of those is the link and the messages. */
 struct mig_phases {
-  double freeze, sync, snapshot; /* cgroup freezer, syncfs, last snapshot (FIFREEZE) */
+  double freeze, sync, snapshot; /* cgroup freezer, syncfs, last snapshot (the daemon's) */
   double checkpoint;             /* CRIU dump (0 without) */
   double round;                  /* the last disk stream (and CRIU images), until its ack */
   double send;                   /* of which our ploop_send (open, read, write) */
   double dest_receive;           /* and the destination's receive */
-  double prepare, dest_attach;   /* PREPARE..READY; the destination's mount of the disk */
+  double prepare, dest_attach;   /* PREPARE..READY; the destination's mount (and attach, if not early) */
   double commit, dest_start;     /* COMMIT..COMMITTED; the destination's start/restore */
   double fsfreeze, release;      /* shared disk: FIFREEZE, the daemon's RELEASE */
 };
@@ -51,6 +51,7 @@ struct mig_result {
   const char *criu_why;     /* why the command was restarted instead (NULL: CRIU used or not asked) */
   const char *stop_reason;  /* why the live rounds ended */
   bool shared;              /* the disk is in shared storage: its lock moved, no bytes */
+  double dest_pre_attach_ms; /* the destination's attach before the freeze (0: not done) */
   struct mig_phases ph;
 };
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/fs.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -142,6 +143,92 @@ static void remove_new_disk(const char *dir, bool staged)
     rmdir(dir);
 }
 
+/* An import into an existing disk is all or nothing: it writes into a new
+ * top above a snapshot of the old state (GUID). Done: the top is merged
+ * down (and, when it zeroed clusters the old state held, the source is
+ * compared once more so those become holes again). Failed or interrupted:
+ * the new top is dropped (a switch back to GUID, then the empty top merged
+ * into it), so the disk reads as before. SIGINT/SIGTERM wait during these
+ * steps (they end in "after the work was done"); a kill leaves the old
+ * state as snapshot GUID beside the partial import. */
+static void block_signals(bool block)
+{
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
+static int import_finish(const char *src, const char *disk, const char *guid, bool ok, bool again)
+{
+  block_signals(true);
+  bool cancelled = ploop_cancelled();
+  ploop_cancel_reset();
+  int rc;
+  if (ok) {
+    rc = ploop_snapshot_merge(disk, NULL, false, NULL, NULL);
+    if (rc == 0 && again)
+      rc = ploop_import_raw(src, disk, NULL, NULL, NULL);
+  } else {
+    rc = ploop_snapshot_switch(disk, guid);
+    if (rc == 0)
+      rc = ploop_snapshot_merge(disk, NULL, false, NULL, NULL);
+  }
+  if (cancelled)
+    ploop_cancel();
+  block_signals(false);
+  return rc;
+}
+
+static int import_into_existing(const char *src, bool from_pipe, const char *disk, struct cli_progress *prog,
+                                struct ploop_copy_stats *stats)
+{
+  char guid[PLOOP_UUID_LEN + 1];
+  /* A disk that cannot be opened for writing is refused as the import
+   * itself would refuse it, before any snapshot is made. */
+  struct ploop_disk *probe = ploop_disk_open(disk, NULL, PLOOP_OPEN_RDWR);
+  if (!probe || ploop_disk_close(probe) < 0) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ploop_get_error() ? ploop_get_error() : "");
+    ploop_set_error(ploop_get_status(), ploop_get_errno(), "import: %s", msg);
+    return cli_lib_error();
+  }
+  block_signals(true); /* a snapshot left behind by an early signal would stay */
+  int rc = ploop_snapshot_create(disk, NULL, guid);
+  block_signals(false);
+  if (rc < 0)
+    return cli_lib_error();
+  int stream_rc = 0;
+  if (from_pipe)
+    rc = (stream_rc = import_stream(STDIN_FILENO, disk, prog, stats)) ? -1 : 0;
+  else
+    rc = ploop_import_raw(src, disk, cli_progress_cb, prog, stats);
+  cli_progress_end(prog);
+  if (rc == 0) {
+    if (import_finish(src, disk, guid, true, !from_pipe && stats->clusters_zeroed) < 0)
+      return cli_lib_error();
+    return 0;
+  }
+  /* The import's own error is the line to print; a failed rollback is
+   * added to it (the old state is still snapshot GUID). */
+  char msg[1024];
+  int status = ploop_get_status(), err = ploop_get_errno();
+  snprintf(msg, sizeof msg, "%s", ploop_get_error() ? ploop_get_error() : "");
+  if (import_finish(src, disk, guid, false, false) < 0) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", ploop_get_error());
+    if (stream_rc)
+      return cli_error(stream_rc, "%s: the old state is snapshot %s (restoring it failed: %s)", disk, guid, why);
+    ploop_set_error(status, err, "%s; the old state is snapshot %s (restoring it failed: %s)", msg, guid, why);
+    return cli_lib_error();
+  }
+  if (stream_rc)
+    return stream_rc; /* printed already */
+  ploop_set_error(status, err, "%s", msg);
+  return cli_lib_error();
+}
+
 static int run_import(int argc, char **argv)
 {
   static const struct option longopts[] = {
@@ -241,6 +328,12 @@ static int run_import(int argc, char **argv)
   cli_progress_init(&prog, "import");
   struct ploop_copy_stats stats = {0};
   uint64_t t0 = cli_now_ns();
+  if (!created) {
+    if ((rc = import_into_existing(src, from_pipe, disk, &prog, &stats)))
+      return rc;
+    print_stats("import", src, disk, &stats, cli_now_ns() - t0);
+    return EXIT_OK;
+  }
   int stream_rc = 0;
   if (from_pipe)
     rc = (stream_rc = import_stream(STDIN_FILENO, work, &prog, &stats)) ? -1 : 0;
@@ -396,7 +489,8 @@ const struct cli_verb verb_import = {
                "  -v, --format-version 1|2  format version of a new disk (default 2)\n"
                "Prints one summary line: clusters written, zeroed and left unchanged.\n"
                "SIGINT/SIGTERM stop it (exit 130/143): a disk made by this import is\n"
-               "removed (and DIR, if made); an existing disk keeps what was written.\n",
+               "removed (and DIR, if made); an existing disk reads as before (the import\n"
+               "writes into a new top above a snapshot of it, merged down when done).\n",
     .interruptible = true,
 };
 

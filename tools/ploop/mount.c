@@ -1,4 +1,4 @@
-/* Local attach verbs: mount, umount, list, compact (alias balloon discard).
+/* Local attach verbs: mount, umount, list (compact and balloon: compact.c).
  * The disk is served by ploop-nbd, exposed as a FUSE file, bound to a loop
  * device and optionally mounted (kmod-free-nbd/client/attach.h). */
 #include <inttypes.h>
@@ -185,62 +185,6 @@ static int run_list(int argc, char **argv)
   return EXIT_OK;
 }
 
-static int compact(const char *disk)
-{
-  uint64_t trimmed = 0, reclaimed = 0;
-  if (ploop_attach_compact(disk, &trimmed, &reclaimed) < 0)
-    return cli_lib_error();
-  char a[32];
-  printf("%s: %" PRIu64 " bytes trimmed, %" PRIu64 " bytes reclaimed (image shrank by %s)\n", disk,
-         trimmed, reclaimed, cli_human_bytes(reclaimed, a, sizeof a));
-  return EXIT_OK;
-}
-
-static int run_compact(int argc, char **argv)
-{
-  int c;
-  while ((c = cli_getopt(argc, argv, "", NULL)) != -1)
-    return c == 'h' ? EXIT_OK : EXIT_USAGE;
-  if (!cli_positional(argc, argv, 1, "DISK"))
-    return EXIT_USAGE;
-  return compact(argv[optind]);
-}
-
-static int run_balloon(int argc, char **argv)
-{
-  if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    cli_print_verb_help(cli_find_verb("balloon"), stdout);
-    return EXIT_OK;
-  }
-  if (argc < 2)
-    return cli_usage_error("missing balloon action (discard, show or status)");
-  if (strcmp(argv[1], "discard") == 0)
-    return run_compact(argc - 1, argv + 1);
-  if (strcmp(argv[1], "show") != 0 && strcmp(argv[1], "status") != 0)
-    return cli_usage_error("balloon %s: not supported (discard, show or status)", argv[1]);
-  /* OpenVZ inflates a hidden file in the container's filesystem and moves
-   * its blocks out of the image. Here free space goes back by discard
-   * (balloon discard = compact), so there is never a balloon file and no
-   * balloon operation can be in progress; both are said the OpenVZ way. */
-  const char *action = argv[1];
-  argc--;
-  argv++;
-  int c;
-  while ((c = cli_getopt(argc, argv, "", NULL)) != -1)
-    return c == 'h' ? EXIT_OK : EXIT_USAGE;
-  if (!cli_positional(argc, argv, 1, "DISK"))
-    return EXIT_USAGE;
-  struct ploop_descriptor *d = ploop_descriptor_load(argv[optind]);
-  if (!d)
-    return cli_lib_error();
-  ploop_descriptor_free(d);
-  if (strcmp(action, "show") == 0)
-    printf("Current size of hidden balloon is 0 bytes\n");
-  else
-    printf("Current state of in-fly balloon operation is NONE\n");
-  return EXIT_OK;
-}
-
 const struct cli_verb verb_mount = {
     .name = "mount",
     .run = run_mount,
@@ -272,18 +216,4 @@ const struct cli_verb verb_list = {
     .summary = "list attached disks: device, disk[@snapshot], mount point, rw/ro, pid=N",
     .details = "  --json   a JSON array of {device, disk, snapshot, mount_point, fstype,\n"
                "           kind, pid, readonly, alive}\n",
-};
-
-const struct cli_verb verb_compact = {
-    .name = "compact",
-    .run = run_compact,
-    .synopsis = "compact DISK",
-    .summary = "give a mounted disk's free space back: discard, then shrink the image",
-};
-
-const struct cli_verb verb_balloon = {
-    .name = "balloon",
-    .run = run_balloon,
-    .synopsis = "balloon {discard|show|status} DISK",
-    .summary = "discard: same as compact; show/status: no balloon file is ever used (0, NONE)",
 };

@@ -133,13 +133,19 @@ static int run_snapshot_switch(int argc, char **argv)
   int rc = parse_snapshot_target(argc, argv, uuid, &disk, &st);
   if (rc)
     return rc < 0 ? EXIT_OK : rc;
-  /* The daemon has no switch: the disk's contents would change under its
-   * users (a mounted filesystem among them). Said plainly, not "locked". */
-  if (st != CLI_OFFLINE)
-    return cli_error(EXIT_BUSY,
-                     "%s: served by ploop-nbd; a switch replaces the disk's contents under its users: "
-                     "ploop umount it first",
-                     disk);
+  /* Refused while served, by design and as OpenVZ does ("on running
+   * device"; vzctl stops the container first): the switch drops the live
+   * top, so every user of the device (a mounted filesystem, an NBD client's
+   * page cache) would see its blocks change under it. Exit 17 (busy, as
+   * every verb refused on a served disk) where OpenVZ says SYSEXIT_PARAM. */
+  if (st != CLI_OFFLINE) {
+    struct ploop_attach_info att;
+    const char *what = "Unable to perform switch to snapshot operation on running device";
+    if (st == CLI_ATTACHED && ploop_attach_find(disk, &att) == 0)
+      return cli_error(EXIT_BUSY, "%s: %s (%s%s%s): ploop umount it first", disk, what, att.device,
+                       att.mount_point[0] ? " mounted on " : "", att.mount_point);
+    return cli_error(EXIT_BUSY, "%s: %s (served by ploop-nbd): stop that ploop-nbd first", disk, what);
+  }
   if (ploop_snapshot_switch(disk, uuid) < 0)
     return cli_lib_error();
   return EXIT_OK;
@@ -394,5 +400,7 @@ const struct cli_verb verb_snapshot_switch = {
     .run = run_snapshot_switch,
     .synopsis = "snapshot-switch -u UUID DISK",
     .summary = "revert the disk to a snapshot (the current top's changes are dropped)",
-    .details = "  -u, --uuid UUID   the snapshot to switch to\n",
+    .details = "  -u, --uuid UUID   the snapshot to switch to\n"
+               "Offline only, as in OpenVZ: refused (exit 17) while ploop-nbd serves the\n"
+               "disk, mounted or not, since its users would see the blocks change.\n",
 };

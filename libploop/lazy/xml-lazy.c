@@ -1,13 +1,14 @@
 /* libxml2, loaded on first use. libploop reads DiskDescriptor.xml with
- * libxml2, which drags in ICU and libstdc++: linked normally, the dynamic
- * loader maps and relocates them at every start, ~8 ms of CPU per
- * `ploop-container` process (LD_DEBUG=statistics), while the launch path
- * with an attached disk never parses XML. So ploop-container links this
- * shim instead of -lxml2: each entry point libploop uses forwards to the
- * real one, resolved with dlopen/dlsym the first time any is called. The
- * types are opaque here on purpose (no libxml2 headers: their declarations
- * of the same names would clash); the calls pass pointers and ints through
- * unchanged. */
+ * libxml2 only when its own subset reader (xml-mini.h) gives up, and writes
+ * it with libxml2; libxml2 drags in ICU and libstdc++: linked normally, the
+ * dynamic loader maps and relocates them at every start, ~5-8 ms of CPU
+ * per process (LD_DEBUG=statistics), while a container's launch never
+ * parses XML and an attach's ploop-nbd only reads it. So the binaries link
+ * this shim instead of -lxml2 (libploop.so and the tests link the real
+ * one): each entry point libploop uses forwards to the real one, resolved
+ * with dlopen/dlsym the first time any is called. The types are opaque
+ * here on purpose (no libxml2 headers: their declarations of the same
+ * names would clash); the calls pass pointers and ints through unchanged. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,13 +20,13 @@ static void *sym(const char *name)
   if (!lib) {
     lib = dlopen("libxml2.so.2", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-      fprintf(stderr, "ploop-container: cannot load libxml2: %s\n", dlerror());
+      fprintf(stderr, "cannot load libxml2: %s\n", dlerror());
       exit(1);
     }
   }
   void *p = dlsym(lib, name);
   if (!p) {
-    fprintf(stderr, "ploop-container: libxml2 lacks %s\n", name);
+    fprintf(stderr, "libxml2 lacks %s\n", name);
     exit(1);
   }
   return p;

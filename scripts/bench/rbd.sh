@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Disks on Ceph: one throwaway cluster (scripts/ceph-cluster.sh, memstore),
+# fio (nbd engine) against ploop-nbd serving an rbd:POOL/NAME disk, against
+# qemu-nbd serving a copy of the same ploop image through QEMU's own rbd
+# driver (parallels over rbd, --cache=none), and `rbd bench` (librbd's own
+# aio, 32 in flight) on a raw image of the same size. 4k 70/30 random
+# read/write at QD32 and 1 MiB sequential reads and writes at QD4, on fully
+# written images; rounds interleaved, medians and ratios printed. Also the
+# time of a snapshot of the served rbd disk (online, control socket) and of
+# one not served.
+#   env: RUNTIME (s per run, default 5), SIZE (default 512M), ROUNDS (default 3),
+#        OSDS (default 1), THREADS (ploop-nbd -t), RBD_BENCH_PORT (the cluster's
+#        block of 20 ports; default: derived from its directory)
+set -euo pipefail
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${PLOOP_BUILD:-$TOP/build}
+case $BUILD in /*) ;; *) BUILD=$TOP/$BUILD ;; esac
+PLOOP=$BUILD/bin/ploop
+PLOOP_NBD=$BUILD/bin/ploop-nbd
+RUNTIME=${RUNTIME:-5}
+SIZE=${SIZE:-512M}
+ROUNDS=${ROUNDS:-3}
+OSDS=${OSDS:-1}
+THREADS=${THREADS:-}
+for t in fio qemu-nbd nbdcopy python3 ceph-mon ceph-osd rbd; do
+  command -v $t >/dev/null || { echo "rbd bench: $t not installed, skipped"; exit 0; }
+done
+[[ -x $PLOOP && -x $PLOOP_NBD ]] || { echo "rbd bench: build first (make all)"; exit 1; }
+qemu_rbd=$(ls /usr/lib/*/qemu/block-rbd.so /usr/lib/qemu/block-rbd.so 2>/dev/null | head -1 || true)
+[[ -n $qemu_rbd ]] || echo "rbd bench: QEMU's rbd driver (qemu-block-extra) missing: qemu-nbd column empty"
+
+W=$(mktemp -d /var/tmp/ploop-bench-rbd.XXXXXX)
+CL=$W/ceph
+declare -A PIDS=()
+stop_servers() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+trap 'stop_servers; "$TOP/scripts/ceph-cluster.sh" stop "$CL"; rm -rf "$W"' EXIT
+bytes=$(numfmt --from=iec "$SIZE")
+# Three copies of the data (ploop disk, qemu's copy, rbd bench's image) and room.
+osd_bytes=$((3 * bytes + (512 << 20)))
+start=$(date +%s)
+CONF=$("$TOP/scripts/ceph-cluster.sh" start "$CL" --osds "$OSDS" --osd-bytes "$osd_bytes" \
+  ${RBD_BENCH_PORT:+--port "$RBD_BENCH_PORT"}) || { echo "rbd bench: cluster did not start"; exit 1; }
+export CEPH_CONF=$CONF
+t() { timeout 300 "$@"; }
+
+wait_sock() { # SOCK PID ERRFILE
+  for _ in $(seq 200); do
+    [[ -S $1 ]] && return 0
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "rbd bench: server did not start: $(tail -2 "$3" 2>/dev/null)" >&2
+  exit 1
+}
+
+WORKLOADS=(rand4k seqread1m seqwrite1m)
+wl_args() {
+  case $1 in
+  rand4k) echo "--rw=randrw --rwmixread=70 --bs=4k --iodepth=32" ;;
+  seqread1m) echo "--rw=read --bs=1M --iodepth=4" ;;
+  seqwrite1m) echo "--rw=write --bs=1M --iodepth=4" ;;
+  esac
+}
+fio_iops() { # WORKLOAD SOCK
+  # shellcheck disable=SC2046
+  fio --name=b --output-format=json --runtime="$RUNTIME" --time_based --ramp_time=1 \
+    --size="$SIZE" --numjobs=1 --group_reporting $(wl_args "$1") --ioengine=nbd \
+    --uri="nbd+unix:///?socket=$2" >"$W/fio.json" 2>"$W/fio.err" ||
+    { echo "fio failed: $(tail -2 "$W/fio.err")" >&2; echo 0; return; }
+  python3 -c '
+import json, sys
+t = open(sys.argv[1]).read()
+try:
+    j = json.loads(t[t.index("{"):])["jobs"][0]
+    print(int(j["read"]["iops"] + j["write"]["iops"]))
+except ValueError:
+    print(0)' "$W/fio.json"
+}
+# rbd bench, 4k random, 32 threads, 70/30 like fio's rand4k: total ops/s.
+rbd_bench_iops() {
+  local total=$((bytes / 2))
+  t rbd bench --io-type readwrite --rw-mix-read 70 --io-pattern rand --io-size 4K --io-threads 32 \
+    --io-total "$total" rbd/bench >"$W/rb.out" 2>&1 || { echo "rbd bench failed: $(tail -1 "$W/rb.out")" >&2; echo 0; return; }
+  awk '/^elapsed:/ { for (i = 1; i < NF; i++) if ($i == "ops/sec:") print int($(i + 1)) }' "$W/rb.out" | tail -1
+}
+median() { sort -n | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print 0}'; }
+
+# ---- images: the ploop disk on rbd written in full, a copy for qemu ----
+head -c "$bytes" /dev/urandom >"$W/src.raw"
+D="rbd:rbd/bench-ploop"
+t "$PLOOP" init -s "$SIZE" "$D" >/dev/null
+"$PLOOP_NBD" ${THREADS:+-t "$THREADS"} -U "$W/ploop.sock" "$D" 2>"$W/ploop.err" &
+PIDS[ploop]=$!
+wait_sock "$W/ploop.sock" "${PIDS[ploop]}" "$W/ploop.err"
+t nbdcopy --flush "$W/src.raw" "nbd+unix:///?socket=$W/ploop.sock"
+stop_servers
+top=$(rbd ls rbd | grep '^bench-ploop\.root\.hds' | head -1)
+t rbd cp --no-progress "rbd/$top" rbd/bench-qemu >/dev/null
+t rbd import --no-progress --object-size 1M "$W/src.raw" rbd/bench >/dev/null
+rm -f "$W/src.raw"
+
+"$PLOOP_NBD" ${THREADS:+-t "$THREADS"} -U "$W/ploop.sock" "$D" 2>"$W/ploop.err" &
+PIDS[ploop]=$!
+wait_sock "$W/ploop.sock" "${PIDS[ploop]}" "$W/ploop.err"
+servers=(ploop)
+if [[ -n $qemu_rbd ]]; then
+  # Not --fork (it did not listen here): in the background, waited for by its socket.
+  qemu-nbd --persistent --shared=8 -k "$W/qemu.sock" --cache=none \
+    --image-opts "driver=parallels,file.driver=rbd,file.pool=rbd,file.image=bench-qemu,file.conf=$CONF" \
+    2>"$W/qemu.err" &
+  PIDS[qemu]=$!
+  wait_sock "$W/qemu.sock" "${PIDS[qemu]}" "$W/qemu.err"
+  servers+=(qemu)
+fi
+
+declare -A R=()
+add() { R[$1]="${R[$1]:-} $2"; }
+for ((round = 0; round < ROUNDS; round++)); do
+  for wl in "${WORKLOADS[@]}"; do
+    # Rotate who goes first: load on a shared machine drifts.
+    n=${#servers[@]}
+    for ((k = 0; k < n; k++)); do
+      srv=${servers[(round + k) % n]}
+      add "$wl,$srv" "$(fio_iops "$wl" "$W/$srv.sock")"
+    done
+    [[ $wl == rand4k ]] && add "rand4k,rbd" "$(rbd_bench_iops)"
+  done
+done
+
+# Snapshot of the served disk (online: the server drains and switches) and,
+# after the server stops, of the disk alone.
+snap_ms() {
+  local t0 t1
+  t0=$(date +%s%N)
+  t "$PLOOP" snapshot "$D" >/dev/null || { echo fail; return; }
+  t1=$(date +%s%N)
+  echo $(((t1 - t0) / 1000000))
+}
+snaps_online=() snaps_offline=()
+for _ in 1 2 3; do snaps_online+=("$(snap_ms)"); done
+# The server's own time for each (drain, flush, new top), from its log.
+snaps_server=$(sed -n 's/.*online snapshot .* in \([0-9.]*\) ms.*/\1/p' "$W/ploop.err" | tr '\n' ' ')
+snaps_pause=$(sed -n 's/.*online snapshot .* (I\/O paused \([0-9.]*\) ms).*/\1/p' "$W/ploop.err" | tr '\n' ' ')
+stop_servers
+for _ in 1 2 3; do snaps_offline+=("$(snap_ms)"); done
+
+med() { tr ' ' '\n' <<<"${R[$1]:-}" | { grep . || true; } | median; }
+ratio() { python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print("%.2fx" % (a/b) if b else "-")' "$1" "$2"; }
+printf '\nDisks on Ceph (%s OSD memstore cluster, pool size %s): IOPS, median of %s rounds of %ss, %s image;\n' \
+  "$OSDS" "$((OSDS < 2 ? OSDS : 2))" "$ROUNDS" "$RUNTIME" "$SIZE"
+printf 'rand4k = 70/30 randrw QD32, seq = 1 MiB QD4; qemu-nbd = parallels over QEMU rbd, cache=none;\n'
+printf 'rbd bench = 4k random 70/30, 32 threads, librbd directly\n'
+printf '%-10s %10s %10s %10s   %-15s %-15s\n' workload ploop-nbd qemu-nbd "rbd bench" "vs qemu(>=1.2)" "vs rbd(>=0.8)"
+for wl in "${WORKLOADS[@]}"; do
+  p=$(med "$wl,ploop") q=$(med "$wl,qemu") r=$(med "$wl,rbd")
+  printf '%-10s %10s %10s %10s   %-15s %-15s\n' "$wl" "$p" "$q" "$([[ $wl == rand4k ]] && echo "$r" || echo -)" \
+    "$(ratio "$p" "$q")" "$([[ $wl == rand4k ]] && ratio "$p" "$r" || echo -)"
+done
+printf 'all rounds: '
+for k in "${!R[@]}"; do printf '%s:%s; ' "$k" "${R[$k]}"; done
+printf '\nsnapshot of the served rbd disk (ms, target < 20): I/O paused %s; whole call in the server %s;\n' \
+  "$snaps_pause" "$snaps_server"
+printf 'ploop snapshot CLI wall: served %s, not served %s\n' "${snaps_online[*]}" "${snaps_offline[*]}"
+printf '(CLI wall times include loading librados/librbd and connecting to the cluster)\n'
+printf 'load average at the end: %s; bench time: %ss\n' "$(cut -d' ' -f1-3 /proc/loadavg)" $(($(date +%s) - start))
