@@ -229,9 +229,13 @@ int attach_state_find(const char *what, struct ploop_attach_info *out)
     return -1;
   char real[PATH_MAX] = "", dir[PATH_MAX] = "";
   struct stat st;
-  if (!realpath(what, real))
+  if (!strncmp(what, "rbd:", 4)) { /* a disk in Ceph, by its name */
     attach_copy_field(real, sizeof(real), what);
-  if (stat(what, &st) == 0) {
+    attach_copy_field(dir, sizeof(dir), what);
+  } else if (!realpath(what, real))
+    attach_copy_field(real, sizeof(real), what);
+  if (dir[0]) {
+  } else if (stat(what, &st) == 0) {
     if (!S_ISBLK(st.st_mode)) {
       char tmp[PATH_MAX];
       attach_copy_field(tmp, sizeof(tmp), real);

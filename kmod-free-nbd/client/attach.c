@@ -48,6 +48,12 @@ static int resolve_disk_dir(const char *dir_or_xml, char *out)
 {
   char tmp[PATH_MAX];
   struct stat st;
+  if (!strncmp(dir_or_xml, "rbd:", 4)) { /* a disk in Ceph: its name is its identity */
+    if (strlen(dir_or_xml) >= PATH_MAX)
+      return ploop_set_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%.64s...: name too long", dir_or_xml);
+    snprintf(out, PATH_MAX, "%s", dir_or_xml);
+    return 0;
+  }
   if (stat(dir_or_xml, &st) < 0)
     return ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "%s: %s", dir_or_xml, strerror(errno));
   snprintf(tmp, sizeof(tmp), "%s", dir_or_xml);
@@ -191,7 +197,7 @@ static int daemon_stop(pid_t pid, const char *fuse_dir)
 }
 
 static int daemon_start(const char *disk_dir, const struct paths *p, const char *guid,
-                        bool readonly, pid_t *pid_out)
+                        bool readonly, bool standby, pid_t *pid_out)
 {
   char exe[PATH_MAX];
   daemon_path(exe, sizeof(exe));
@@ -218,6 +224,8 @@ static int daemon_start(const char *disk_dir, const struct paths *p, const char 
    * and mount; the daemon serves the top as usual (and keeps its control
    * socket for `ploop snapshot`).  Snapshots are served read-only. */
   (void)readonly;
+  if (standby)
+    argv[a++] = "--standby";
   if (guid[0]) {
     argv[a++] = "-r";
     argv[a++] = "--snapshot";
@@ -599,6 +607,8 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
   if (o->snapshot_guid && ploop_uuid_normalize(o->snapshot_guid, i.snapshot_guid) < 0)
     return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "'%s' is not a snapshot UUID", o->snapshot_guid);
   i.readonly = o->readonly || i.snapshot_guid[0];
+  if (o->standby && (i.readonly || o->mount_point))
+    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "a standby attach is of the read-write top, unmounted");
   if (o->mount_point) {
     struct stat st;
     if (!realpath(o->mount_point, i.mount_point) || stat(i.mount_point, &st) < 0)
@@ -642,7 +652,7 @@ int ploop_attach_mount(const char *disk_dir_arg, const struct ploop_attach_opts 
    * state that `ploop umount DISK` (teardown) undoes. */
   if (attach_state_write(p.state, &i) < 0)
     goto fail;
-  if (daemon_start(i.disk_dir, &p, i.snapshot_guid, i.readonly, &i.daemon_pid) < 0)
+  if (daemon_start(i.disk_dir, &p, i.snapshot_guid, i.readonly, o->standby, &i.daemon_pid) < 0)
     goto fail;
   if (attach_state_write(p.state, &i) < 0)
     goto fail;
@@ -772,4 +782,40 @@ int ploop_attach_format_opts(const char *disk_dir, const char *fstype, const str
   if (rc < 0)
     return ploop_set_error(status, err, "%s", msg);
   return 0;
+}
+
+int ploop_attach_mount_device(const char *what, const struct ploop_attach_opts *o)
+{
+  if (!o || !o->mount_point)
+    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "mount: no mount point given");
+  int lock = attach_lock();
+  if (lock < 0)
+    return -1;
+  struct ploop_attach_info i;
+  int rc = -1;
+  if (attach_state_find(what, &i) < 0)
+    goto out;
+  if (!i.daemon_alive || !i.device[0] || i.mount_point[0]) {
+    ploop_set_error(PLOOP_ERR_BUSY, EBUSY, "%s: %s", i.disk_dir,
+                    !i.daemon_alive ? "its daemon is gone" : i.mount_point[0] ? "mounted already" : "no device");
+    goto out;
+  }
+  char mp[PATH_MAX];
+  if (!realpath(o->mount_point, mp)) {
+    ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "mount point %s: %s", o->mount_point, strerror(errno));
+    goto out;
+  }
+  if (o->fstype)
+    snprintf(i.fstype, sizeof(i.fstype), "%s", o->fstype);
+  else if (ploop_fs_probe(i.device, i.fstype, sizeof(i.fstype)) < 0)
+    goto out;
+  if (fs_mount(i.device, mp, i.fstype, i.readonly || o->readonly, o->mount_flags, o->mount_data) < 0)
+    goto out;
+  snprintf(i.mount_point, sizeof(i.mount_point), "%s", mp);
+  struct paths p;
+  make_paths(i.disk_dir, i.snapshot_guid, &p);
+  rc = attach_state_write(p.state, &i);
+out:
+  attach_unlock(lock);
+  return rc;
 }

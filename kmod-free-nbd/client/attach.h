@@ -41,6 +41,9 @@ struct ploop_attach_opts {
   const char *mount_data;      /* mount(8)-style options, e.g. "noatime,discard": generic
                                 * ones become MS_* flags, the rest goes to the fs */
   unsigned long mount_flags;   /* extra MS_* flags (MS_NOSUID, MS_NODEV, ...) */
+  bool standby;                /* a disk in shared storage another host holds: the daemon
+                                * starts with it released (ploop-nbd --standby), the device
+                                * fails I/O until the control command ACQUIRE; no mount */
 };
 
 struct ploop_attach_info {
@@ -78,6 +81,11 @@ int ploop_attach_mount_fs(const char *what, const struct ploop_attach_opts *o);
  * attachment, or its only one), a mount point or the device.  Works after
  * the daemon died too (the image is then left marked in use: `ploop check -F -d`). */
 int ploop_attach_umount(const char *what);
+
+/* Mounts the filesystem of an attachment made without a mount point (WHAT
+ * as for umount) on O->mount_point, with O's fstype, flags and data; the
+ * attachment records it, so umount takes both down. */
+int ploop_attach_mount_device(const char *what, const struct ploop_attach_opts *o);
 
 /* Finds the attachment WHAT names (as for umount); -1 / PLOOP_ERR_NOTFOUND if none. */
 int ploop_attach_find(const char *what, struct ploop_attach_info *out);

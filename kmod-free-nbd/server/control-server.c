@@ -185,6 +185,21 @@ static int handle(int fd, struct disk_export *de, char *line) {
 
   if (strcmp(verb, "INFO") == 0) return cmd_info(fd, de);
 
+  /* Hand-over of a disk in shared storage (ploop_disk_release): the mount
+   * above stays, I/O fails until ACQUIRE ("ACQUIRE DIRTY": the holder in
+   * between was fenced and left the in-use mark). */
+  if (strcmp(verb, "RELEASE") == 0 || strcmp(verb, "ACQUIRE") == 0) {
+    bool rel = verb[0] == 'R';
+    pthread_mutex_lock(&de->lock);
+    int r = rel ? ploop_disk_release(de->disk)
+                : ploop_disk_acquire(de->disk, a1 && strcmp(a1, "DIRTY") == 0 ? PLOOP_OPEN_ALLOW_DIRTY : 0);
+    pthread_mutex_unlock(&de->lock);
+    if (r < 0) return reply_err(fd, ploop_get_errno(), ploop_get_error());
+    nbd_log("%s: %s", de->name, rel ? "released" : "acquired");
+    return reply_ok(fd, "");
+  }
+  if (ploop_disk_released(de->disk)) return reply_err(fd, ESHUTDOWN, "the disk is released (ACQUIRE first)");
+
   if (strcmp(verb, "SNAPSHOT") == 0) {
     char out[PLOOP_UUID_LEN + 1];
     struct timespec t0, t1;

@@ -165,7 +165,8 @@ int exports_open_all(char *err, size_t errlen) {
     /* Read-only opens take no lock: a -r / --snapshot server may run beside
      * the one serving the top read-write. */
     bool ro = g_cfg.readonly || g_cfg.snapshot;
-    de->disk = ploop_disk_open(de->dir, g_cfg.snapshot, ro ? PLOOP_OPEN_RDONLY : PLOOP_OPEN_RDWR);
+    unsigned flags = ro ? PLOOP_OPEN_RDONLY : PLOOP_OPEN_RDWR | (g_cfg.standby ? PLOOP_OPEN_STANDBY : 0);
+    de->disk = ploop_disk_open(de->dir, g_cfg.snapshot, flags);
     if (!de->disk) {
       snprintf(err, errlen, "%s", ploop_get_error());
       return -1;

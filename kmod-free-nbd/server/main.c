@@ -104,6 +104,8 @@ static void usage(FILE *f) {
           "      --tls-verify-peer   require a client certificate signed by ca-cert.pem\n"
           "  -r, --readonly          serve every disk read-only (no control socket)\n"
           "      --snapshot GUID     serve that snapshot of the disk read-only (implies -r)\n"
+          "      --standby           start with the disk released (another host holds it):\n"
+          "                          I/O fails until the control command ACQUIRE\n"
           "      --fuse MOUNTPOINT   also export the first disk as a file via FUSE\n"
           "      --fuse-name FILE    name of that file (default: disk)\n"
           "      --ctl-path          print the control socket path of DIR and exit\n"
@@ -324,7 +326,7 @@ static void noop_handler(int sig) { (void)sig; }
 int main(int argc, char **argv) {
   enum {
     OPT_FUSE = 256, OPT_FUSE_NAME, OPT_CTL_PATH, OPT_CTL, OPT_SNAPSHOT, OPT_MAX_INFLIGHT,
-    OPT_MAX_TOTAL, OPT_IDLE_TIMEOUT, OPT_TLS, OPT_TLS_PSK, OPT_TLS_CERTS, OPT_TLS_VERIFY, OPT_READY_FD
+    OPT_MAX_TOTAL, OPT_IDLE_TIMEOUT, OPT_TLS, OPT_TLS_PSK, OPT_TLS_CERTS, OPT_TLS_VERIFY, OPT_READY_FD, OPT_STANDBY
   };
   static const struct option opts[] = {
       {"unix", required_argument, NULL, 'U'},   {"port", required_argument, NULL, 'p'},
@@ -341,6 +343,7 @@ int main(int argc, char **argv) {
       {"tls-psk", required_argument, NULL, OPT_TLS_PSK},
       {"tls-certificates", required_argument, NULL, OPT_TLS_CERTS},
       {"tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY},
+      {"standby", no_argument, NULL, OPT_STANDBY},
       {"ready-fd", required_argument, NULL, OPT_READY_FD},
       {"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
@@ -388,6 +391,7 @@ int main(int argc, char **argv) {
     case OPT_CTL_PATH: ctl_path = true; break;
     case OPT_CTL: ctl = true; break;
     case 'r': g_cfg.readonly = true; break;
+    case OPT_STANDBY: g_cfg.standby = true; break;
     case OPT_SNAPSHOT: {
       static char guid[PLOOP_UUID_LEN + 1];
       if (ploop_uuid_normalize(optarg, guid) < 0) die("--snapshot %s: not a UUID", optarg);
@@ -447,6 +451,7 @@ int main(int argc, char **argv) {
   for (int i = optind; i < argc; i++) add_disk(argv[i]);
   if (bind_addr && !port) die("--bind needs --port");
   budget_configure(max_inflight, max_total);
+  if (g_cfg.standby && (g_cfg.readonly || g_cfg.ndisks > 1)) die("--standby serves one disk read-write");
   if (g_cfg.snapshot && g_cfg.ndisks > 1) die("--snapshot serves one disk; %zu given", g_cfg.ndisks);
   if (g_cfg.fuse_name && (strchr(g_cfg.fuse_name, '/') || !*g_cfg.fuse_name))
     die("--fuse-name must be a plain file name");

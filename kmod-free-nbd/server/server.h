@@ -79,6 +79,7 @@ struct server_config {
   const char *fuse_name;
   bool readonly;          /* -r: open every disk read-only, no control socket */
   const char *snapshot;   /* --snapshot GUID: serve that state of the (one) disk */
+  bool standby;           /* --standby: the top opened released, I/O fails until ACQUIRE */
   bool verbose;
   unsigned idle_timeout;  /* seconds; 0 = never */
   int tls;                /* TLS_OFF, TLS_ON (client's choice), TLS_REQUIRE */

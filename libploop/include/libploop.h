@@ -87,6 +87,7 @@ enum ploop_open_flags {
   PLOOP_OPEN_RDWR = 1 << 0,
   PLOOP_OPEN_ALLOW_DIRTY = 1 << 1, /* open even if the in-use mark is set */
   PLOOP_OPEN_NO_LOCK = 1 << 2,     /* disk: skip the descriptor lock (caller holds it) */
+  PLOOP_OPEN_STANDBY = 1 << 3,     /* disk, RDWR: opened released (ploop_disk_acquire opens it) */
 };
 
 struct ploop_delta_info {
@@ -196,6 +197,9 @@ int ploop_disk_create(const char *delta_path, const struct ploop_delta_create_pa
 /* Fences whoever holds the RBD disk DIR (librbd blocklists it: its next
  * write fails) and removes its locks; HOLDER gets its name ("" if none). */
 int ploop_rbd_lock_break(const char *dir, char *holder, size_t holder_len);
+/* Removes the RBD disk DIR whole (its images, descriptor and lock
+ * objects); refused while anyone holds it. */
+int ploop_rbd_disk_remove(const char *dir);
 
 /* ---- the disk: a stack of deltas ------------------------------------ */
 
@@ -206,6 +210,17 @@ struct ploop_disk;
  * read-only (the chain base..snapshot). Takes the disk lock for RDWR. */
 struct ploop_disk *ploop_disk_open(const char *dir_or_xml, const char *snapshot_guid, unsigned flags);
 int ploop_disk_close(struct ploop_disk *disk);
+/* Handing a disk in shared storage (rbd:) to another host without closing
+ * it here: RELEASE flushes, closes the deltas cleanly (the in-use mark goes,
+ * librbd's exclusive lock is released) and drops the disk lock; until
+ * ACQUIRE reopens the stack from the store (taking the locks again) every
+ * I/O fails with ESHUTDOWN. ACQUIRE_FLAGS may hold PLOOP_OPEN_ALLOW_DIRTY
+ * (the other holder was fenced and left its mark). The size stays the
+ * one the disk was opened with: a stack that grew or shrank meanwhile is
+ * refused. Both wait for I/O in flight. */
+int ploop_disk_release(struct ploop_disk *disk);
+int ploop_disk_acquire(struct ploop_disk *disk, unsigned acquire_flags);
+bool ploop_disk_released(const struct ploop_disk *disk);
 
 uint64_t ploop_disk_size(const struct ploop_disk *disk);         /* bytes */
 uint64_t ploop_disk_cluster_size(const struct ploop_disk *disk); /* bytes */

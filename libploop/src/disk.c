@@ -146,6 +146,15 @@ struct ploop_disk *ploop_disk_open(const char *dir_or_xml, const char *snapshot_
   disk->dir = ploop_strdup(disk->desc->dir);
   if (!disk->dir)
     goto fail;
+  if ((flags & PLOOP_OPEN_STANDBY)) { /* released from the start: no lock, no delta open */
+    if (!disk->rdwr || snapshot_guid) {
+      ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: a standby open is of the top, read-write", disk->dir);
+      goto fail;
+    }
+    disk->cluster_bytes = (uint64_t)disk->desc->cluster_sectors * 512;
+    disk->size_bytes = disk->desc->size_sectors * 512;
+    return disk;
+  }
   if (!(flags & PLOOP_OPEN_NO_LOCK)) {
     disk->lock_fd = ploop_lock_disk(disk->dir, disk->rdwr ? PLOOP_LOCK_WRITER : PLOOP_LOCK_READER);
     if (disk->lock_fd == -1)
@@ -220,6 +229,8 @@ struct ploop_descriptor *ploop_disk_descriptor(struct ploop_disk *disk)
 
 static int check_range(struct ploop_disk *disk, uint64_t off, uint64_t len)
 {
+  if (disk->n == 0)
+    return disk_released_error(disk);
   if (off > disk->size_bytes || len > disk->size_bytes - off)
     return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: range %llu+%llu is past the disk end (%llu)", disk->dir,
                        (unsigned long long)off, (unsigned long long)len,
@@ -259,6 +270,8 @@ int ploop_disk_pread(struct ploop_disk *disk, void *buf, size_t len, uint64_t of
   uint8_t *p = buf;
   int rc = 0;
   pthread_rwlock_rdlock(&disk->rw);
+  if (disk->n == 0) /* released (ploop_disk_release) meanwhile */
+    rc = disk_released_error(disk);
   while (len > 0 && rc == 0) {
     uint64_t vc = off / cb, coff = off % cb;
     size_t n = (size_t)min_u64(len, cb - coff);
@@ -415,6 +428,8 @@ int ploop_disk_pwrite(struct ploop_disk *disk, const void *buf, size_t len, uint
   size_t l = len;
   int rc = 0;
   pthread_rwlock_rdlock(&disk->rw);
+  if (disk->n == 0)
+    rc = disk_released_error(disk);
   while (l > 0 && rc == 0) {
     uint64_t vc = o / cb, coff = o % cb;
     size_t n = (size_t)min_u64(l, cb - coff);
@@ -466,7 +481,9 @@ int ploop_disk_map(struct ploop_disk *disk, uint64_t off, size_t len, unsigned f
     return PLOOP_MAP_NONE;
   int rc = PLOOP_MAP_NONE;
   pthread_rwlock_rdlock(&disk->rw);
-  if (!__atomic_load_n(&disk->draining, __ATOMIC_SEQ_CST)) {
+  if (disk->n == 0)
+    rc = disk_released_error(disk);
+  else if (!__atomic_load_n(&disk->draining, __ATOMIC_SEQ_CST)) {
     uint64_t at = 0;
     unsigned depth;
     if (write) {
@@ -510,7 +527,7 @@ int ploop_disk_flush(struct ploop_disk *disk)
   if (!disk->rdwr)
     return 0;
   pthread_rwlock_rdlock(&disk->rw);
-  int rc = delta_flush(disk->deltas[0]);
+  int rc = disk->n ? delta_flush(disk->deltas[0]) : disk_released_error(disk);
   pthread_rwlock_unlock(&disk->rw);
   return rc;
 }
@@ -555,6 +572,8 @@ static int zero_range(struct ploop_disk *disk, uint64_t off, uint64_t len, bool 
   int rc = 0;
   uint8_t *zeros = NULL;
   pthread_rwlock_rdlock(&disk->rw);
+  if (disk->n == 0)
+    rc = disk_released_error(disk);
   uint64_t o = off, l = len;
   while (l > 0 && rc == 0) {
     uint64_t vc = o / cb, coff = o % cb;
@@ -620,6 +639,10 @@ int ploop_disk_block_status(struct ploop_disk *disk, uint64_t off, uint64_t len,
   uint64_t cb = disk->cluster_bytes, end = off + len;
   size_t n = 0;
   pthread_rwlock_rdlock(&disk->rw);
+  if (disk->n == 0) {
+    pthread_rwlock_unlock(&disk->rw);
+    return disk_released_error(disk);
+  }
   for (uint64_t o = off; o < end;) {
     uint64_t vc = o / cb;
     uint64_t next = min_u64((vc + 1) * cb, end);

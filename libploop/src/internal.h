@@ -241,6 +241,8 @@ struct ploop_delta *delta_open_image(const struct ploop_descriptor *desc, const 
                                      unsigned flags);
 /* Opens the chain of descriptor images ending at GUID. */
 int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags);
+/* The error of I/O on a released disk (disk-handover.c): -1, ESHUTDOWN. */
+int disk_released_error(struct ploop_disk *disk);
 void disk_close_deltas(struct ploop_disk *disk, bool clean);
 /* Marks [OFF, OFF+LEN) written for dirty tracking (a no-op while it is off). */
 void disk_mark_dirty(struct ploop_disk *disk, uint64_t off, uint64_t len);

@@ -20,7 +20,7 @@
 /* librados and librbd are loaded on the first use of an rbd: disk: linked
  * in, their start-up (C++ initializers, dozens of libraries) cost every
  * ploop process ~0.8 s on a busy host, whether it touched Ceph or not. */
-#define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock) X(rados_set_pool_full_try)
+#define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock) X(rados_set_pool_full_try) X(rados_remove)
 #define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes) X(rbd_aio_create_completion) X(rbd_aio_read) X(rbd_aio_write) X(rbd_aio_get_return_value) X(rbd_aio_release)
 #define DECLARE(f) __typeof__(&f) p_##f;
 static struct {
@@ -71,6 +71,7 @@ static int lib_ready(void)
 #define rados_unlock (*lib.p_rados_unlock)
 #define rados_list_lockers (*lib.p_rados_list_lockers)
 #define rados_break_lock (*lib.p_rados_break_lock)
+#define rados_remove (*lib.p_rados_remove)
 #define rados_set_pool_full_try (*lib.p_rados_set_pool_full_try)
 #define rbd_open (*lib.p_rbd_open)
 #define rbd_open_read_only (*lib.p_rbd_open_read_only)
@@ -831,4 +832,40 @@ int rbd_disk_exists(const char *dir)
   if (rc == -ENOENT)
     return 0;
   return rc < 0 ? rbd_fail("stat descriptor", dir, rc) : 1;
+}
+
+/* Removes disk DIR whole: every image of its descriptor, the descriptor
+ * object and its lock object. Refused (busy) while anyone holds it. */
+int ploop_rbd_disk_remove(const char *dir)
+{
+  int lock = s_lock(dir, PLOOP_LOCK_WRITER);
+  if (lock == -1)
+    return -1;
+  struct ploop_descriptor *d = ploop_descriptor_load(dir);
+  int rc = d ? 0 : -1;
+  for (size_t i = 0; d && i < d->n_images && rc == 0; i++) {
+    char *path = ploop_descriptor_image_path(d, &d->images[i]);
+    if (!path || (s_remove(d->dir, path) < 0 && errno != ENOENT))
+      rc = path ? ploop_error(PLOOP_ERR_IO, errno, "%s: remove image: %s", path, strerror(errno)) : -1;
+    free(path);
+  }
+  ploop_descriptor_free(d);
+  rados_ioctx_t io;
+  char oid[512];
+  if (rc == 0 && desc_open(dir, &io, oid, sizeof oid) == 0) {
+    int r = rados_remove(io, oid);
+    if (r < 0 && r != -ENOENT)
+      rc = rbd_fail("remove descriptor", dir, r);
+    rados_ioctx_destroy(io);
+  } else if (rc == 0) {
+    rc = -1;
+  }
+  ploop_unlock_disk(lock);
+  struct rbd_loc l;
+  if (rc == 0 && parse_loc(dir, &l) == 0 && connect_pool(&l, NULL, &io) == 0) {
+    snprintf(oid, sizeof oid, "%s.lock", l.name);
+    rados_remove(io, oid); /* only a name left; a new disk makes it again */
+    rados_ioctx_destroy(io);
+  }
+  return rc;
 }

@@ -1,6 +1,7 @@
 /* create, destroy, mount/umount: the container's directory and disk. */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
@@ -52,21 +53,37 @@ static void hold_signals(sigset_t *old)
   sigprocmask(SIG_BLOCK, &set, old);
 }
 
-static int create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk);
+static int create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk, const char *rbd);
 
-int container_create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk)
+int container_create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk, const char *rbd)
 {
   sigset_t old;
   hold_signals(&old);
-  int rc = create(name, disk_bytes, from, raw_disk);
+  int rc = create(name, disk_bytes, from, raw_disk, rbd);
   sigprocmask(SIG_SETMASK, &old, NULL);
   return rc;
 }
 
-static int create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk)
+/* An rbd disk taken as it was holds files already: they stay as they are. */
+static bool has_files(const char *mnt)
+{
+  DIR *d = opendir(mnt);
+  if (!d)
+    return false;
+  struct dirent *e;
+  bool found = false;
+  while (!found && (e = readdir(d)))
+    found = strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "lost+found");
+  closedir(d);
+  return found;
+}
+
+static int create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk, const char *rbd)
 {
   if (ct_check_name(name) < 0)
     return -1;
+  if (rbd && (raw_disk || disk_rbd_check_name(rbd) < 0))
+    return raw_disk ? ct_usage("--disk is raw or an rbd: name, not both") : -1;
   if (disk_bytes < (16u << 20))
     return ct_usage("--size must be at least 16M");
   if (strcmp(from, "busybox") != 0 && access(from, R_OK) < 0)
@@ -82,16 +99,17 @@ static int create(const char *name, uint64_t disk_bytes, const char *from, bool 
   cleanup_free char *diskdir = ct_path(name, "disk");
   cleanup_free char *mnt = ct_path(name, "rootfs");
   cleanup_close int lock = ct_lock(name);
-  bool mounted = false;
+  bool mounted = false, rbd_made = false;
   if (lock < 0 || mkdir(diskdir, 0700) < 0 || mkdir(mnt, 0755) < 0) {
     if (lock >= 0)
       ct_fail(errno, "mkdir in %s", dir);
     goto fail;
   }
-  if (disk_create(diskdir, disk_bytes, raw_disk) < 0 || disk_mount(diskdir, mnt) < 0)
+  if ((rbd ? disk_rbd_create(diskdir, rbd, disk_bytes, &rbd_made) : disk_create(diskdir, disk_bytes, raw_disk)) < 0 ||
+      disk_mount(diskdir, mnt) < 0)
     goto fail;
   mounted = true;
-  if (fill(mnt, from) < 0)
+  if ((rbd_made || !rbd || !has_files(mnt)) && fill(mnt, from) < 0)
     goto fail;
   chmod(mnt, 0755);
   mounted = false;
@@ -104,10 +122,19 @@ static int create(const char *name, uint64_t disk_bytes, const char *from, bool 
   snprintf(c.source, sizeof c.source, "%s", from);
   if (ct_config_save(&c) < 0)
     goto fail;
+  if (rbd) {
+    /* destroy removes the rbd disk only when create made it */
+    cleanup_free char *k1 = xasprintf("disk=%s", rbd);
+    const char *kv[] = {k1, rbd_made ? "disk_created=1" : "disk_created=0"};
+    if (ct_kv_set(name, "config", kv, 2, true) < 0)
+      goto fail;
+  }
   return 0;
 fail:
   if (mounted)
     disk_umount(diskdir, mnt);
+  if (rbd_made && !disk_is_mounted(mnt))
+    disk_rbd_remove(rbd);
   if (!disk_is_mounted(mnt))
     remove_tree(dir);
   return ct_wrap("create %s", name);
@@ -138,6 +165,10 @@ static int destroy(const char *name)
   if (disk_is_mounted(mnt) && disk_umount(diskdir, mnt) < 0)
     return ct_wrap("destroy %s", name);
   cleanup_free char *dir = ct_path(name, NULL);
+  char rbd[1024], made[8] = "";
+  if (disk_rbd_name(diskdir, rbd, sizeof rbd) && ct_kv_get(name, "config", "disk_created", made, sizeof made) > 0 &&
+      strcmp(made, "1") == 0 && disk_rbd_remove(rbd) < 0)
+    return ct_wrap("destroy %s", name);
   /* The config goes first: a destroy cut short leaves no half-container
    * that `list` would show as valid. */
   cleanup_free char *cfg = ct_path(name, "config");

@@ -10,8 +10,10 @@
 
 #include "config.h"
 
-/* RAW_DISK: the raw-image-on-loop alternative instead of a ploop disk. */
-int container_create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk);
+/* RAW_DISK: the raw-image-on-loop alternative instead of a ploop disk.
+ * RBD (or NULL): the ploop disk rbd:POOL/NAME[?conf=PATH] in Ceph, made
+ * unless it exists (destroy removes it only when create made it). */
+int container_create(const char *name, uint64_t disk_bytes, const char *from, bool raw_disk, const char *rbd);
 int container_destroy(const char *name);
 /* Runs the container in the foreground of this process (the monitor).
  * LOCKFD: the container lock, already held. READY_FD >= 0: written "ok" once

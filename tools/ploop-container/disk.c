@@ -29,11 +29,16 @@
 
 static bool is_ploop(const char *dir)
 {
+  if (strncmp(dir, "rbd:", 4) == 0) /* a disk in Ceph (disk-rbd.c), by its name */
+    return true;
   cleanup_free char *xml = xasprintf("%s/" PLOOP_DESCRIPTOR_NAME, dir);
   return access(xml, F_OK) == 0;
 }
 
-const char *disk_backend(const char *dir) { return is_ploop(dir) ? "ploop" : "raw"; }
+const char *disk_backend(const char *dir)
+{
+  return disk_rbd_name(dir, NULL, 0) ? "rbd" : is_ploop(dir) ? "ploop" : "raw";
+}
 
 static int ploop_failed(const char *what)
 {
@@ -290,16 +295,22 @@ int disk_create(const char *dir, uint64_t bytes, bool raw)
 
 int disk_mount(const char *dir, const char *mnt)
 {
+  if (disk_rbd_name(dir, NULL, 0))
+    return disk_rbd_mount(dir, NULL, mnt);
   return is_ploop(dir) ? ploop_mount(dir, NULL, mnt) : raw_mount(dir, mnt);
 }
 
 int disk_mount_snapshot(const char *dir, const char *id, const char *mnt)
 {
+  char rbd[1024];
+  dir = disk_rbd_where(dir, rbd, sizeof rbd);
   return is_ploop(dir) ? ploop_mount(dir, id, mnt) : raw_mount_snapshot(dir, id, mnt);
 }
 
 int disk_umount(const char *dir, const char *mnt)
 {
+  char rbd[1024];
+  dir = disk_rbd_where(dir, rbd, sizeof rbd);
   if (!is_ploop(dir))
     return raw_umount(mnt);
   if (ploop_attach_umount(mnt) < 0) {
@@ -312,6 +323,8 @@ int disk_umount(const char *dir, const char *mnt)
 
 int disk_snapshot(const char *dir, const char *mnt, char *id, size_t idlen)
 {
+  char rbd[1024];
+  dir = disk_rbd_where(dir, rbd, sizeof rbd);
   if (!is_ploop(dir))
     return raw_snapshot(dir, mnt, id, idlen);
   char guid[PLOOP_UUID_LEN + 1];
@@ -362,6 +375,8 @@ static int by_id(const void *a, const void *b)
 
 int disk_snapshot_list(const char *dir, struct disk_snapshot_info **out, size_t *n)
 {
+  char rbd[1024];
+  dir = disk_rbd_where(dir, rbd, sizeof rbd);
   *out = NULL;
   *n = 0;
   if (is_ploop(dir)) {
@@ -421,6 +436,8 @@ int disk_snapshot_list(const char *dir, struct disk_snapshot_info **out, size_t 
 
 int disk_snapshot_delete(const char *dir, const char *id)
 {
+  char rbd[1024];
+  dir = disk_rbd_where(dir, rbd, sizeof rbd);
   if (check_id(id) < 0)
     return -1;
   if (is_ploop(dir))
@@ -433,6 +450,8 @@ int disk_snapshot_delete(const char *dir, const char *id)
 
 int disk_rollback(const char *dir, const char *id)
 {
+  char rbd[1024];
+  dir = disk_rbd_where(dir, rbd, sizeof rbd);
   if (check_id(id) < 0)
     return -1;
   if (is_ploop(dir))
@@ -455,6 +474,8 @@ int disk_rollback(const char *dir, const char *id)
 
 int disk_resize(const char *dir, const char *mnt, uint64_t bytes)
 {
+  char rbd[1024];
+  dir = disk_rbd_where(dir, rbd, sizeof rbd);
   if (!is_ploop(dir))
     return ct_fail(0, "resize: only ploop disks can be resized (this one is raw)");
   if (mnt)

@@ -49,4 +49,22 @@ int disk_resize(const char *dir, const char *mnt, uint64_t bytes);
 /* Bytes the disk's files take on the host. */
 int disk_usage(const char *dir, uint64_t *bytes);
 
+/* ---- the rbd backend (disk-rbd.c): a ploop disk in a Ceph pool ---- */
+/* True when the disk directory DIR names an rbd disk; its name to NAME. */
+bool disk_rbd_name(const char *dir, char *name, size_t len);
+/* Usage error unless RBD is rbd:POOL/NAME[?conf=PATH]. */
+int disk_rbd_check_name(const char *rbd);
+/* Records RBD as the disk of DIR, making it (BYTES, ext4) unless it
+ * exists; *MADE says whether it was made here. */
+int disk_rbd_create(const char *dir, const char *rbd, uint64_t bytes, bool *made);
+/* Names RBD as the disk of DIR (without making it). */
+int disk_rbd_set_name(const char *dir, const char *rbd);
+/* Removes the rbd disk RBD whole (refused while anyone holds it). */
+int disk_rbd_remove(const char *rbd);
+/* disk_mount / disk_mount_snapshot of an rbd disk; a disk attached
+ * without a mount (a migration's) only gets its filesystem mounted. */
+int disk_rbd_mount(const char *dir, const char *snapshot, const char *mnt);
+/* DIR's rbd name in BUF, or DIR itself for a local disk. */
+const char *disk_rbd_where(const char *dir, char *buf, size_t len);
+
 #endif

@@ -31,9 +31,11 @@ static const char run_help[] =
 static const struct {
   const char *verb, *text;
 } helps[] = {
-    {"create", "usage: create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]\n"
+    {"create", "usage: create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw|rbd:POOL/NAME[?conf=PATH]]\n"
                "              [--net veth --ip A/P [--gateway A] [--host-ip A/P | --bridge BR]]\n"
-               "Makes the container's disk (a ploop image with ext4) and fills it.\n"},
+               "Makes the container's disk (a ploop image with ext4) and fills it. An rbd:\n"
+               "disk lives in Ceph (CEPH_CONF or ?conf=); an existing one is used as it is\n"
+               "and destroy removes only a disk that create made.\n"},
     {"exec", "usage: exec NAME [--env K=V]... [--user UID[:GID]] [--cwd DIR] [--] CMD...\n"
              "Runs CMD inside the running container NAME (same namespaces, cgroups,\n"
              "capabilities and seccomp filter as its PID 1); returns CMD's status.\n"},

@@ -28,6 +28,7 @@
 #include "migrate-internal.h"
 #include "migrate-preattach.h"
 #include "migrate-proto.h"
+#include "migrate-shared.h"
 #include "util.h"
 
 struct dst {
@@ -41,6 +42,8 @@ struct dst {
   char *dir, *diskdir, *mnt;
   int lock;
   bool created, mounted, ready, final_seen;
+  bool shared;          /* the disk is in shared storage: HANDOVER, no rounds */
+  char shared_created[4]; /* the source's create made it: so may our destroy remove it */
   unsigned next_round;
   char *criu_bin;       /* offered by the source and working here */
   char criu_why[256];   /* else why not */
@@ -83,6 +86,7 @@ static void discard(const char *name)
   struct ploop_attach_info ai;
   if (ploop_attach_find(diskdir, &ai) == 0)
     ploop_attach_umount(diskdir);
+  mig_shared_dest_discard(diskdir);
   if (mig_remove_tree(dir) < 0)
     fprintf(stderr, "ploop-container: discard %s: %s\n", name, ct_error());
 }
@@ -166,6 +170,8 @@ static int on_round(struct dst *d, const char *msg)
   char guid[64] = "";
   if (mig_kv_u64(msg, "round", &round) < 0 || mig_kv_u64(msg, "final", &final) < 0)
     return -1;
+  if (d->shared)
+    return ct_fail(0, "protocol error: a disk stream for a disk in shared storage");
   if (d->final_seen || round != d->next_round)
     return ct_fail(0, "protocol error: round %" PRIu64 " out of order", round);
   mig_kv(msg, "guid", guid, sizeof guid);
@@ -190,6 +196,17 @@ static int on_round(struct dst *d, const char *msg)
   cleanup_free char *ack = xasprintf("round=%" PRIu64 "\nguid=%s\nbytes=%" PRIu64 "\nreceive_ms=%.1f\n",
                                      round, got, st.bytes, st.seconds * 1e3);
   return mig_send_text(d->fd, MIG_ROUND_ACK, ack);
+}
+
+/* The shared disk, released by the source: ours now (in place of the rounds). */
+static int on_handover(struct dst *d)
+{
+  if (!d->shared || d->final_seen)
+    return ct_fail(0, "protocol error: HANDOVER %s", d->shared ? "twice" : "without a shared disk");
+  if (mig_shared_dest_acquire(d->diskdir) < 0)
+    return -1;
+  d->final_seen = true;
+  return 0;
 }
 
 /* Everything but the start: config, the disk mounted, the command saved. */
@@ -230,7 +247,8 @@ static int on_prepare(struct dst *d, const char *msg)
   if (criu && !d->image_files)
     return ct_fail(0, "protocol error: PREPARE with criu=1 but no CRIU images");
   d->criu = criu != 0;
-  if (ct_config_save(&d->cfg) < 0 || mig_config_apply(d->name, d->cfg_kv, d->cfg_n) < 0)
+  if (ct_config_save(&d->cfg) < 0 || mig_config_apply(d->name, d->cfg_kv, d->cfg_n) < 0 ||
+      (d->shared && mig_shared_dest_config(d->name, d->diskdir, d->shared_created) < 0))
     return -1;
   /* attached early: only the mount is left, for a restore too (its monitor
    * adopts it); else a restore mounts the disk itself (its monitor owns it) */
@@ -449,6 +467,11 @@ static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
   }
   if (parse_hello(&d, msg) < 0 || claim(&d) < 0)
     goto fail;
+  int sh = mig_shared_dest_standby(d.diskdir, msg);
+  if (sh < 0)
+    goto fail;
+  d.shared = sh;
+  mig_kv(msg, "disk_created", d.shared_created, sizeof d.shared_created);
   free(msg);
   msg = NULL;
   char w[600], proof[MIG_PROOF_HEX + 1] = "";
@@ -457,8 +480,8 @@ static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
   for (char *c = d.criu_why; *c; c++)
     if (*c == '\n')
       *c = ' ';
-  d.preattach = strcmp(d.mode, "online") == 0 && mig_preattach_offered();
-  snprintf(w, sizeof w, "version=%d\ncriu=%d\ncriu_why=%s\nproof=%s\npreattach=%d\n", MIG_VERSION,
+  d.preattach = !d.shared && strcmp(d.mode, "online") == 0 && mig_preattach_offered();
+  snprintf(w, sizeof w, "version=%d\ncriu=%d\ncriu_why=%s\nproof=%s\npreattach=%d\nshared=1\n", MIG_VERSION,
            d.criu_bin != NULL, d.criu_why, proof, d.preattach);
   if (mig_send_text(fd, MIG_WELCOME, w) < 0)
     goto fail;
@@ -473,6 +496,7 @@ static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
     case MIG_FILE: r = on_file(&d, msg); break;
     case MIG_ATTACH: r = on_attach(&d); break;
     case MIG_PREPARE: r = on_prepare(&d, msg); break;
+    case MIG_HANDOVER: r = on_handover(&d); break;
     case MIG_COMMIT: r = on_commit(&d); break;
     default: r = ct_fail(0, "protocol error: unexpected %s", mig_type_name(t));
     }
@@ -482,6 +506,8 @@ static int serve(int fd, unsigned timeout_s, const struct mig_auth *auth)
       goto fail;
     if (t == MIG_COMMIT) {
       rc = 0;
+      if (d.shared && !d.ra.argc)
+        mig_shared_dest_discard(d.diskdir); /* a cold copy: nothing uses the disk here yet */
       /* DONE: the source's copy is gone, no --resolve can ask any more;
        * the record goes (else it would block migrating the container on).
        * Without DONE (lost, or the source died) it stays, as it must. */

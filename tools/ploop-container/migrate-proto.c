@@ -29,7 +29,7 @@ const char *mig_type_name(unsigned t)
   static const char *names[] = {"?",     "HELLO",   "WELCOME", "ERROR", "ROUND",
                                 "ROUND_ACK", "FILE", "DATA",   "PREPARE", "READY",
                                 "COMMIT", "COMMITTED", "QUERY", "STATUS", "CHALLENGE", "AUTH", "DONE",
-                                "ATTACH", "ATTACHED"};
+                                "ATTACH", "ATTACHED", "HANDOVER"};
   return t < sizeof names / sizeof names[0] ? names[t] : "?";
 }
 

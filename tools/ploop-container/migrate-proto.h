@@ -35,6 +35,7 @@ enum mig_type {
   MIG_DONE = 16,     /* src->dst: COMMITTED received and the source's copy gone: no doubt left */
   MIG_ATTACH = 17,   /* src->dst: after round 0: attach the disk now (WELCOME offered preattach=1) */
   MIG_ATTACHED = 18, /* dst->src: attach_ms=; later rounds go through the attached disk */
+  MIG_HANDOVER = 19, /* src->dst: the shared disk is released here (no rounds): take it */
 };
 
 const char *mig_type_name(unsigned type);

@@ -17,6 +17,7 @@
 #include "migrate-auth.h"
 #include "migrate-internal.h"
 #include "migrate-proto.h"
+#include "migrate-shared.h"
 #include "util.h"
 
 static void sleep_ms(long ms)
@@ -79,6 +80,8 @@ int mig_source_abort(const char *name, const struct mig_record *m)
 {
   struct ct_state st;
   int rc = 0;
+  if (mig_shared_resume(name) < 0) /* the disk back before the processes run */
+    return -1;
   if (ct_state_load(name, &st) > 0 && ct_state_running(&st)) {
     struct ct_cgroup cg;
     if (cg_init(&cg, name) == 0) {
@@ -98,6 +101,7 @@ int mig_source_abort(const char *name, const struct mig_record *m)
 int mig_source_finish(const char *name, bool keep)
 {
   struct ct_state st;
+  mig_shared_finish(name);
   if (ct_state_load(name, &st) > 0 && ct_state_running(&st)) {
     struct ct_cgroup cg;
     if (cg_init(&cg, name) < 0)

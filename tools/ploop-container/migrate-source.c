@@ -26,6 +26,7 @@
 #include "migrate-images.h"
 #include "migrate-internal.h"
 #include "migrate-proto.h"
+#include "migrate-shared.h"
 #include "util.h"
 
 struct src {
@@ -37,6 +38,7 @@ struct src {
   struct ct_runargs ra;
   int fd;
   bool running, frozen, stopped_offline;
+  bool shared;       /* the disk is in shared storage: hand it over, copy nothing */
   char since[PLOOP_UUID_LEN + 1];
   uint64_t t0, t_freeze;
   char *criu_bin;    /* a working CRIU, offered to the destination */
@@ -262,6 +264,62 @@ static int offline_round(struct src *s)
   return send_round(s, 0, NULL, true);
 }
 
+/* A disk in shared storage (migrate-shared.h): no rounds. Freeze, flush,
+ * dump the processes (CRIU), release the disk, HANDOVER, the images. */
+static int shared_handover(struct src *s)
+{
+  struct mig_phases *ph = &s->r->ph;
+  s->t_freeze = now_ns();
+  uint64_t t = s->t_freeze;
+  s->r->shared = true;
+  if (s->r->online) {
+    /* most dirty data goes out before the freeze: the frozen syncfs is short */
+    int pre = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pre >= 0) {
+      syncfs(pre);
+      close(pre);
+    }
+    s->t_freeze = t = now_ns();
+    if (cg_freeze(&s->cg, true) < 0)
+      return ct_wrap("freeze %s", s->o->name);
+    s->frozen = true;
+    ph->freeze = lap(&t);
+    cleanup_close int mfd = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (mfd < 0 || syncfs(mfd) < 0)
+      return ct_fail(errno, "sync the filesystem of %s", s->o->name);
+    ph->sync = lap(&t);
+    if (s->use_criu) {
+      snprintf(s->images, sizeof s->images, "/dev/shm/ploop-container-migrate.%s", s->rec.id);
+      if (ct_checkpoint(s->o->name, s->criu_bin, s->images, true, NULL) < 0)
+        return ct_wrap("CRIU dump");
+      ph->checkpoint = lap(&t);
+    }
+    s->rec.was_frozen = true;
+    if (mig_record_save(s->o->name, &s->rec, false) < 0)
+      return -1;
+    if (mig_shared_release(s->diskdir, s->mnt, &ph->fsfreeze, &ph->release) < 0)
+      return -1;
+    t = now_ns();
+  } else if (s->running) {
+    if (container_stop(s->o->name, s->o->timeout_s / 2) < 0)
+      return ct_wrap("stop %s", s->o->name);
+    s->stopped_offline = true;
+  }
+  mig_test_hook("handover");
+  if (mig_send_text(s->fd, MIG_HANDOVER, "released=1\n") < 0)
+    return -1;
+  if (s->use_criu) {
+    unsigned files;
+    uint64_t bytes;
+    if (mig_send_images(s->fd, s->images, &files, &bytes) < 0)
+      return ct_wrap("send the CRIU images");
+    s->r->criu_bytes = bytes;
+    s->r->criu = true;
+  }
+  ph->round = lap(&t);
+  return 0;
+}
+
 static int hello(struct src *s)
 {
   struct ct_config c;
@@ -279,10 +337,11 @@ static int hello(struct src *s)
   if (s->o->auth)
     mig_auth_nonce(cn);
   cleanup_free char *cfg = mig_config_extra(s->o->name);
+  cleanup_free char *shared = mig_shared_hello(s->o->name, s->diskdir);
   cleanup_free char *msg = xasprintf("nonce=%s\nversion=%d\nid=%s\nname=%s\ndisk_bytes=%" PRIu64
-                                     "\nsource=%s\nmode=%s\ncriu=%d\nconfig=%s\n%s",
+                                     "\nsource=%s\nmode=%s\ncriu=%d\nconfig=%s\n%s%s",
                                      cn, MIG_VERSION, s->rec.id, s->o->name, c.disk_bytes, src, mode,
-                                     s->criu_bin != NULL, cfg, args);
+                                     s->criu_bin != NULL, cfg, shared, args);
   if (mig_send_text(s->fd, MIG_HELLO, msg) < 0)
     return -1;
   cleanup_free char *w = NULL;
@@ -314,6 +373,8 @@ static int hello(struct src *s)
   uint64_t v;
   if (mig_kv_u64(w, "version", &v) < 0 || v != MIG_VERSION)
     return ct_fail(0, "the destination speaks protocol version %s, not %d", w, MIG_VERSION);
+  if (s->shared && (mig_kv_u64(w, "shared", &v) < 0 || !v))
+    return ct_fail(0, "the destination does not take a disk in shared storage (an older version)");
   char pa[8];
   s->preattach = mig_kv(w, "preattach", pa, sizeof pa) && strcmp(pa, "1") == 0;
   if (s->criu_bin) {
@@ -392,7 +453,8 @@ static int check_can_migrate(struct src *s)
   const struct mig_opts *o = s->o;
   if (ct_require(o->name) < 0)
     return -1;
-  if (strcmp(disk_backend(s->diskdir), "ploop") != 0)
+  s->shared = mig_shared_disk(s->diskdir, NULL, 0, NULL, 0);
+  if (!s->shared && strcmp(disk_backend(s->diskdir), "ploop") != 0)
     return ct_usage("%s has a raw disk: migration streams ploop disks only", o->name);
   struct mig_record m;
   int have = mig_record_load(o->name, &m);
@@ -499,7 +561,8 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r)
   s.rec.auth = o->auth != NULL;
   if (hello(&s) < 0 || mig_record_save(o->name, &s.rec, true) < 0)
     goto fail;
-  if (r->online ? live_rounds(&s) < 0 || frozen_round(&s) < 0 : offline_round(&s) < 0)
+  if (s.shared ? shared_handover(&s) < 0
+               : r->online ? live_rounds(&s) < 0 || frozen_round(&s) < 0 : offline_round(&s) < 0)
     goto fail;
   rc = commit(&s);
   if (rc < 0)

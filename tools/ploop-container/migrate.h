@@ -38,6 +38,7 @@ struct mig_phases {
   double dest_receive;           /* and the destination's receive */
   double prepare, dest_attach;   /* PREPARE..READY; the destination's mount (and attach, if not early) */
   double commit, dest_start;     /* COMMIT..COMMITTED; the destination's start/restore */
+  double fsfreeze, release;      /* shared disk: FIFREEZE, the daemon's RELEASE */
 };
 
 struct mig_result {
@@ -49,6 +50,7 @@ struct mig_result {
   uint64_t criu_bytes;      /* CRIU images sent (part of the frozen round) */
   const char *criu_why;     /* why the command was restarted instead (NULL: CRIU used or not asked) */
   const char *stop_reason;  /* why the live rounds ended */
+  bool shared;              /* the disk is in shared storage: its lock moved, no bytes */
   double dest_pre_attach_ms; /* the destination's attach before the freeze (0: not done) */
   struct mig_phases ph;
 };

@@ -1,4 +1,4 @@
-/* `create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]`
+/* `create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw|rbd:POOL/NAME]`
  * and `destroy NAME`. */
 #include <getopt.h>
 #include <stdbool.h>
@@ -30,6 +30,7 @@ int verb_create(int argc, char **argv)
   uint64_t size = 2ull << 30;
   const char *from = "busybox";
   bool raw = false;
+  const char *rbd = NULL;
   int c;
   while ((c = getopt_long(argc, argv, "s:f:d:", opts, NULL)) != -1) {
     if (c == 's') {
@@ -38,9 +39,15 @@ int verb_create(int argc, char **argv)
     } else if (c == 'f') {
       from = optarg;
     } else if (c == 'd') {
+      if (strncmp(optarg, "rbd:", 4) == 0) {
+        rbd = optarg;
+        raw = false;
+        continue;
+      }
       if (strcmp(optarg, "ploop") != 0 && strcmp(optarg, "raw") != 0)
-        return ct_usage("--disk: '%s' is not ploop or raw", optarg);
+        return ct_usage("--disk: '%s' is not ploop, raw or rbd:POOL/NAME", optarg);
       raw = strcmp(optarg, "raw") == 0;
+      rbd = NULL;
     } else if (c == 'n') {
       if (strcmp(optarg, "veth") != 0 && strcmp(optarg, "none") != 0)
         return ct_usage("create --net: '%s' is not veth or none (host is chosen per run)", optarg);
@@ -55,10 +62,10 @@ int verb_create(int argc, char **argv)
     }
   }
   if (argc - optind != 1)
-    return ct_usage("usage: create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw]");
+    return ct_usage("usage: create NAME [--size 2G] [--from busybox|ROOTFS.tar[.gz]] [--disk ploop|raw|rbd:POOL/NAME]");
   if (ct_net_check(&net) < 0)
     return -1;
-  if (container_create(argv[optind], size, from, raw) < 0)
+  if (container_create(argv[optind], size, from, raw, rbd) < 0)
     return -1;
   /* The network is part of the container, as its disk (net.h). */
   if (net.set && ct_net_save(argv[optind], &net) < 0)

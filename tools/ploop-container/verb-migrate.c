@@ -58,10 +58,11 @@ static void print_result(const struct mig_opts *o, const struct mig_result *r, b
     for (unsigned i = 0; i < r->n_rounds; i++)
       printf("%s%" PRIu64, i ? "," : "", r->rounds[i]);
     printf("],\"bytes_sent\":%" PRIu64 ",\"downtime_ms\":%.1f,\"total_ms\":%.1f,\"criu\":%s,"
-           "\"online\":%s,\"stop_reason\":\"%s\",\"criu_bytes\":%" PRIu64 ",\"dest_pre_attach_ms\":%.1f,",
+           "\"online\":%s,\"stop_reason\":\"%s\",\"criu_bytes\":%" PRIu64 ",\"dest_pre_attach_ms\":%.1f,"
+           "\"shared_disk\":%s,",
            r->bytes_sent, r->downtime_ms, r->total_ms, r->criu ? "true" : "false",
            r->online ? "true" : "false", r->stop_reason ? r->stop_reason : "", r->criu_bytes,
-           r->dest_pre_attach_ms);
+           r->dest_pre_attach_ms, r->shared ? "true" : "false");
     if (r->criu_why) {
       printf("\"criu_why\":\"");
       for (const char *c = r->criu_why; *c; c++)
@@ -71,9 +72,9 @@ static void print_result(const struct mig_opts *o, const struct mig_result *r, b
     const struct mig_phases *p = &r->ph;
     printf("\"phases_ms\":{\"freeze\":%.1f,\"sync\":%.1f,\"snapshot\":%.1f,\"checkpoint\":%.1f,"
            "\"last_round\":%.1f,\"send\":%.1f,\"dest_receive\":%.1f,\"prepare\":%.1f,\"dest_attach\":%.1f,"
-           "\"commit\":%.1f,\"dest_start\":%.1f}}\n",
+           "\"commit\":%.1f,\"dest_start\":%.1f,\"fsfreeze\":%.1f,\"release\":%.1f}}\n",
            p->freeze, p->sync, p->snapshot, p->checkpoint, p->round, p->send, p->dest_receive, p->prepare,
-           p->dest_attach, p->commit, p->dest_start);
+           p->dest_attach, p->commit, p->dest_start, p->fsfreeze, p->release);
     return;
   }
   for (unsigned i = 0; i < r->n_rounds; i++) {
@@ -82,6 +83,8 @@ static void print_result(const struct mig_opts *o, const struct mig_result *r, b
     printf("round %u%s: %s (%" PRIu64 " bytes)\n", i,
            i + 1 == r->n_rounds ? (r->online ? " (frozen)" : " (stopped)") : "", b, r->rounds[i]);
   }
+  if (r->shared)
+    printf("disk in shared storage: its lock moved, no disk bytes sent\n");
   char total[32];
   format_size(r->bytes_sent, total, sizeof total);
   printf("%s moved to %s: %s sent, downtime %.1f ms, total %.1f ms, %s%s%s%s%s%s\n", o->name, o->dest,

@@ -1,0 +1,91 @@
+/* Release and acquire of an open disk (libploop.h): a disk in shared
+ * storage moves to another host while this process keeps its handle, so
+ * that the mount above it (FUSE file, loop device, filesystem) stays and a
+ * failed hand-over resumes where it stopped. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+int disk_released_error(struct ploop_disk *disk)
+{
+  return ploop_error(PLOOP_ERR_BUSY, ESHUTDOWN, "%s: released to another holder (not acquired back)",
+                     disk->dir);
+}
+
+bool ploop_disk_released(const struct ploop_disk *disk)
+{
+  return disk->rdwr && disk->n == 0;
+}
+
+int ploop_disk_release(struct ploop_disk *disk)
+{
+  if (!disk->rdwr || disk->snapshot_guid)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: only a read-write top can be released", disk->dir);
+  disk_lock_exclusive(disk);
+  int rc = 0;
+  if (disk->n) {
+    rc = delta_flush(disk->deltas[0]);
+    /* Closed even when the flush failed: another host may be about to
+     * take the disk over, and this side must not write after the answer. */
+    for (unsigned i = 0; i < disk->n; i++) {
+      if (delta_close(disk->deltas[i], rc == 0) < 0 && rc == 0)
+        rc = -1;
+      disk->deltas[i] = NULL;
+    }
+    disk->n = 0;
+    ploop_unlock_disk(disk->lock_fd);
+    disk->lock_fd = -1;
+  }
+  disk_unlock_exclusive(disk);
+  return rc;
+}
+
+int ploop_disk_acquire(struct ploop_disk *disk, unsigned acquire_flags)
+{
+  if (!disk->rdwr || disk->snapshot_guid)
+    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: only a read-write top can be acquired", disk->dir);
+  disk_lock_exclusive(disk);
+  int rc = 0;
+  if (disk->n)
+    goto out;
+  struct ploop_descriptor *d = ploop_descriptor_load(disk->dir);
+  if (!d) {
+    rc = -1;
+    goto out;
+  }
+  int lock = -2;
+  if (!(disk->open_flags & PLOOP_OPEN_NO_LOCK)) {
+    lock = ploop_lock_disk(disk->dir, PLOOP_LOCK_WRITER);
+    if (lock == -1) {
+      ploop_descriptor_free(d);
+      rc = -1;
+      goto out;
+    }
+  }
+  struct ploop_descriptor *old = disk->desc;
+  uint64_t size = disk->size_bytes, cluster = disk->cluster_bytes;
+  disk->desc = d;
+  unsigned flags =
+      (disk->open_flags & ~(unsigned)PLOOP_OPEN_STANDBY) | (acquire_flags & PLOOP_OPEN_ALLOW_DIRTY);
+  if (disk_open_chain(disk, NULL, flags) < 0) {
+    rc = -1;
+  } else if (disk->size_bytes != size || disk->cluster_bytes != cluster) {
+    disk_close_deltas(disk, true);
+    rc = ploop_error(PLOOP_ERR_BUSY, EBUSY, "%s: its size changed while it was released (%llu, was %llu)",
+                     disk->dir, (unsigned long long)disk->size_bytes, (unsigned long long)size);
+  }
+  if (rc < 0) {
+    disk->desc = old;
+    disk->size_bytes = size;
+    disk->cluster_bytes = cluster;
+    ploop_descriptor_free(d);
+    ploop_unlock_disk(lock);
+    goto out;
+  }
+  ploop_descriptor_free(old);
+  disk->lock_fd = lock;
+out:
+  disk_unlock_exclusive(disk);
+  return rc;
+}
