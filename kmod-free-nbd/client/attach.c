@@ -784,38 +784,3 @@ int ploop_attach_format_opts(const char *disk_dir, const char *fstype, const str
   return 0;
 }
 
-int ploop_attach_mount_device(const char *what, const struct ploop_attach_opts *o)
-{
-  if (!o || !o->mount_point)
-    return ploop_set_error(PLOOP_ERR_PARAM, EINVAL, "mount: no mount point given");
-  int lock = attach_lock();
-  if (lock < 0)
-    return -1;
-  struct ploop_attach_info i;
-  int rc = -1;
-  if (attach_state_find(what, &i) < 0)
-    goto out;
-  if (!i.daemon_alive || !i.device[0] || i.mount_point[0]) {
-    ploop_set_error(PLOOP_ERR_BUSY, EBUSY, "%s: %s", i.disk_dir,
-                    !i.daemon_alive ? "its daemon is gone" : i.mount_point[0] ? "mounted already" : "no device");
-    goto out;
-  }
-  char mp[PATH_MAX];
-  if (!realpath(o->mount_point, mp)) {
-    ploop_set_error(PLOOP_ERR_NOTFOUND, errno, "mount point %s: %s", o->mount_point, strerror(errno));
-    goto out;
-  }
-  if (o->fstype)
-    snprintf(i.fstype, sizeof(i.fstype), "%s", o->fstype);
-  else if (ploop_fs_probe(i.device, i.fstype, sizeof(i.fstype)) < 0)
-    goto out;
-  if (fs_mount(i.device, mp, i.fstype, i.readonly || o->readonly, o->mount_flags, o->mount_data) < 0)
-    goto out;
-  snprintf(i.mount_point, sizeof(i.mount_point), "%s", mp);
-  struct paths p;
-  make_paths(i.disk_dir, i.snapshot_guid, &p);
-  rc = attach_state_write(p.state, &i);
-out:
-  attach_unlock(lock);
-  return rc;
-}

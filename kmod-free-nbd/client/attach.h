@@ -82,11 +82,6 @@ int ploop_attach_mount_fs(const char *what, const struct ploop_attach_opts *o);
  * the daemon died too (the image is then left marked in use: `ploop check -F -d`). */
 int ploop_attach_umount(const char *what);
 
-/* Mounts the filesystem of an attachment made without a mount point (WHAT
- * as for umount) on O->mount_point, with O's fstype, flags and data; the
- * attachment records it, so umount takes both down. */
-int ploop_attach_mount_device(const char *what, const struct ploop_attach_opts *o);
-
 /* Finds the attachment WHAT names (as for umount); -1 / PLOOP_ERR_NOTFOUND if none. */
 int ploop_attach_find(const char *what, struct ploop_attach_info *out);
 

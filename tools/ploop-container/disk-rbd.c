@@ -122,7 +122,7 @@ int disk_rbd_mount(const char *dir, const char *snapshot, const char *mnt)
   struct ploop_attach_info ai;
   if (!snapshot && ploop_attach_find(rbd, &ai) == 0 && ai.daemon_alive && !ai.mount_point[0] &&
       !ai.snapshot_guid[0])
-    return ploop_attach_mount_device(rbd, &o) < 0 ? rbd_failed("mount the rbd disk") : 0;
+    return ploop_attach_mount_fs(rbd, &o) < 0 ? rbd_failed("mount the rbd disk") : 0;
   struct ploop_attach_info info;
   if (ploop_attach_mount(rbd, &o, &info) < 0)
     return rbd_failed(snapshot ? "mount snapshot" : "attach rbd disk");

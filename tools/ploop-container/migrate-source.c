@@ -161,6 +161,18 @@ static int live_rounds(struct src *s)
   }
 }
 
+/* The CRIU images dumped beside the last round, as FILE/DATA messages. */
+static int send_images(struct src *s)
+{
+  unsigned files;
+  uint64_t bytes;
+  if (mig_send_images(s->fd, s->images, &files, &bytes) < 0)
+    return ct_wrap("send the CRIU images");
+  s->r->criu_bytes = bytes;
+  s->r->criu = true;
+  return 0;
+}
+
 static int frozen_round(struct src *s)
 {
   struct mig_phases *ph = &s->r->ph;
@@ -238,14 +250,8 @@ static int frozen_round(struct src *s)
   }
   if (rc < 0)
     return -1;
-  if (s->use_criu) {
-    unsigned files;
-    uint64_t bytes;
-    if (mig_send_images(s->fd, s->images, &files, &bytes) < 0)
-      return ct_wrap("send the CRIU images");
-    s->r->criu_bytes = bytes;
-    s->r->criu = true;
-  }
+  if (s->use_criu && send_images(s) < 0)
+    return -1;
   ph->round = lap(&t);
   return 0;
 }
@@ -308,14 +314,8 @@ static int shared_handover(struct src *s)
   mig_test_hook("handover");
   if (mig_send_text(s->fd, MIG_HANDOVER, "released=1\n") < 0)
     return -1;
-  if (s->use_criu) {
-    unsigned files;
-    uint64_t bytes;
-    if (mig_send_images(s->fd, s->images, &files, &bytes) < 0)
-      return ct_wrap("send the CRIU images");
-    s->r->criu_bytes = bytes;
-    s->r->criu = true;
-  }
+  if (s->use_criu && send_images(s) < 0)
+    return -1;
   ph->round = lap(&t);
   return 0;
 }

@@ -15,6 +15,17 @@
 #include "volume.h"
 #include "util.h"
 
+/* The hex-encoded value of KEY in TEXT, decoded (malloc'd); NULL when it
+ * is missing or not hex. */
+static char *kv_unhex(const char *text, const char *key)
+{
+  size_t cap = strlen(text) + 1;
+  cleanup_free char *hex = malloc(cap);
+  if (!hex)
+    abort();
+  return mig_kv(text, key, hex, cap) ? mig_unhex(hex) : NULL;
+}
+
 static void append(char **s, char *line)
 {
   char *t = xasprintf("%s%s\n", *s, line);
@@ -89,11 +100,7 @@ static int parse_options(const char *text, struct ct_run_opts *o)
   for (uint64_t i = 0; i < nvol; i++) {
     char key[32];
     snprintf(key, sizeof key, "volume%" PRIu64, i);
-    size_t cap = strlen(text) + 1;
-    cleanup_free char *hex = malloc(cap);
-    if (!hex)
-      abort();
-    cleanup_free char *spec = mig_kv(text, key, hex, cap) ? mig_unhex(hex) : NULL;
+    cleanup_free char *spec = kv_unhex(text, key);
     if (!spec)
       return ct_fail(0, "run arguments: bad or missing %s", key);
     if (ct_volume_opt(0x160, spec, &o->vol) < 0)
@@ -135,11 +142,7 @@ int ct_runargs_parse(const char *text, struct ct_runargs *r)
   for (uint64_t i = 0; i < argc; i++) {
     char key[32];
     snprintf(key, sizeof key, "arg%" PRIu64, i);
-    size_t cap = strlen(text) + 1;
-    cleanup_free char *hex = malloc(cap);
-    if (!hex)
-      abort();
-    if (!mig_kv(text, key, hex, cap) || !(r->argv[i] = mig_unhex(hex))) {
+    if (!(r->argv[i] = kv_unhex(text, key))) {
       r->argc = (int)i;
       ct_runargs_free(r);
       return ct_fail(0, "run arguments: bad or missing %s", key);
