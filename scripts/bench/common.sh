@@ -35,3 +35,31 @@ bench_ram_dir() {
   # shellcheck disable=SC2034 # for the caller
   RAM_DIR=$dir
 }
+
+# fio workloads of the NBD benches: WL's fio arguments, and one fio run of
+# WL (RUNTIME seconds over SIZE, with more fio arguments) printing its total
+# IOPS, 0 when fio fails (its reason on stderr). Output goes to $W.
+wl_args() {
+  case $1 in
+  rand4k) echo "--rw=randrw --rwmixread=70 --bs=4k --iodepth=32" ;;
+  seqread1m) echo "--rw=read --bs=1M --iodepth=4" ;;
+  seqwrite1m) echo "--rw=write --bs=1M --iodepth=4" ;;
+  esac
+}
+fio_iops() {
+  local wl=$1
+  shift
+  # shellcheck disable=SC2046
+  fio --name=b --output-format=json --runtime="$RUNTIME" --time_based --ramp_time=1 \
+    --size="$SIZE" --numjobs=1 --group_reporting $(wl_args "$wl") "$@" >"$W/fio.json" 2>"$W/fio.err" ||
+    { echo "fio failed: $(tail -2 "$W/fio.err")" >&2; echo 0; return; }
+  # The nbd engine prints "connected" on stdout before the JSON.
+  python3 -c '
+import json, sys
+t = open(sys.argv[1]).read()
+try:
+    j = json.loads(t[t.index("{"):])["jobs"][0]
+    print(int(j["read"]["iops"] + j["write"]["iops"]))
+except ValueError:
+    print(0)' "$W/fio.json"
+}

@@ -21,6 +21,7 @@ for t in fio qemu-nbd nbdkit nbdcopy python3; do
 done
 [[ -x $PLOOP && -x $PLOOP_NBD ]] || { echo "nbd bench: build first (make all)"; exit 1; }
 
+source "$(dirname "$0")/common.sh"
 W=$(mktemp -d "${BENCH_DIR:-/var/tmp}/ploop-bench-nbd.XXXXXX")
 SPID=
 stop_server() {
@@ -45,30 +46,6 @@ rss_mib() { awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$SPID/status" 2>/dev
 
 # fio_run NAME ENGINE-ARGS...: prints total IOPS (read + write).
 WORKLOADS=(rand4k seqread1m seqwrite1m)
-wl_args() {
-  case $1 in
-  rand4k) echo "--rw=randrw --rwmixread=70 --bs=4k --iodepth=32" ;;
-  seqread1m) echo "--rw=read --bs=1M --iodepth=4" ;;
-  seqwrite1m) echo "--rw=write --bs=1M --iodepth=4" ;;
-  esac
-}
-fio_iops() {
-  local wl=$1
-  shift
-  # shellcheck disable=SC2046
-  fio --name=b --output-format=json --runtime="$RUNTIME" --time_based --ramp_time=1 \
-    --size="$SIZE" --numjobs=1 --group_reporting $(wl_args "$wl") "$@" >"$W/fio.json" 2>"$W/fio.err" ||
-    { echo "fio failed: $(tail -2 "$W/fio.err")" >&2; echo 0; return; }
-  # The nbd engine prints "connected" on stdout before the JSON.
-  python3 -c '
-import json, sys
-t = open(sys.argv[1]).read()
-try:
-    j = json.loads(t[t.index("{"):])["jobs"][0]
-    print(int(j["read"]["iops"] + j["write"]["iops"]))
-except ValueError:
-    print(0)' "$W/fio.json"
-}
 
 # ---- images -----------------------------------------------------------
 # full: every cluster allocated with data; thin: freshly created, empty.

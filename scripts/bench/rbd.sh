@@ -29,6 +29,7 @@ done
 qemu_rbd=$(ls /usr/lib/*/qemu/block-rbd.so /usr/lib/qemu/block-rbd.so 2>/dev/null | head -1 || true)
 [[ -n $qemu_rbd ]] || echo "rbd bench: QEMU's rbd driver (qemu-block-extra) missing: qemu-nbd column empty"
 
+source "$(dirname "$0")/common.sh"
 W=$(mktemp -d /var/tmp/ploop-bench-rbd.XXXXXX)
 CL=$W/ceph
 declare -A PIDS=()
@@ -59,28 +60,6 @@ wait_sock() { # SOCK PID ERRFILE
 }
 
 WORKLOADS=(rand4k seqread1m seqwrite1m)
-wl_args() {
-  case $1 in
-  rand4k) echo "--rw=randrw --rwmixread=70 --bs=4k --iodepth=32" ;;
-  seqread1m) echo "--rw=read --bs=1M --iodepth=4" ;;
-  seqwrite1m) echo "--rw=write --bs=1M --iodepth=4" ;;
-  esac
-}
-fio_iops() { # WORKLOAD SOCK
-  # shellcheck disable=SC2046
-  fio --name=b --output-format=json --runtime="$RUNTIME" --time_based --ramp_time=1 \
-    --size="$SIZE" --numjobs=1 --group_reporting $(wl_args "$1") --ioengine=nbd \
-    --uri="nbd+unix:///?socket=$2" >"$W/fio.json" 2>"$W/fio.err" ||
-    { echo "fio failed: $(tail -2 "$W/fio.err")" >&2; echo 0; return; }
-  python3 -c '
-import json, sys
-t = open(sys.argv[1]).read()
-try:
-    j = json.loads(t[t.index("{"):])["jobs"][0]
-    print(int(j["read"]["iops"] + j["write"]["iops"]))
-except ValueError:
-    print(0)' "$W/fio.json"
-}
 # rbd bench, 4k random, 32 threads, 70/30 like fio's rand4k: total ops/s.
 rbd_bench_iops() {
   local total=$((bytes / 2))
@@ -126,7 +105,7 @@ for ((round = 0; round < ROUNDS; round++)); do
     n=${#servers[@]}
     for ((k = 0; k < n; k++)); do
       srv=${servers[(round + k) % n]}
-      add "$wl,$srv" "$(fio_iops "$wl" "$W/$srv.sock")"
+      add "$wl,$srv" "$(fio_iops "$wl" --ioengine=nbd --uri="nbd+unix:///?socket=$W/$srv.sock")"
     done
     [[ $wl == rand4k ]] && add "rand4k,rbd" "$(rbd_bench_iops)"
   done

@@ -40,7 +40,7 @@ err=$(expect_fail ct create small --size 1M); [[ $err == *"16M"* ]] || fail "tin
 err=$(expect_fail ct create big --size 5X); [[ $err == *suffix* ]] || fail "size suffix: $err"
 err=$(expect_fail ct create nosrc --from /no/such.tar); [[ $err == *"/no/such.tar"* ]] || fail "missing tarball: $err"
 err=$(expect_fail ct create ok); [[ $err == *"already exists"* ]] || fail "duplicate: $err"
-err=$(expect_fail ct create d --disk zfs); [[ $err == *"ploop or raw"* ]] || fail "--disk: $err"
+err=$(expect_fail ct create d --disk zfs); [[ $err == *"ploop, raw or rbd:POOL/NAME"* ]] || fail "--disk: $err"
 for n in small big nosrc d; do [[ ! -e $CTROOT/$n ]] || fail "create $n left $CTROOT/$n"; done
 
 # The CLI itself.
