@@ -161,6 +161,24 @@ static int live_rounds(struct src *s)
   }
 }
 
+/* The frozen window opens: the cgroup frozen, then every write the
+ * processes made synced down to the loop device and, through FUSE, the
+ * daemon, so that a snapshot or a release then holds them. *T: the lap clock. */
+static int freeze_and_sync(struct src *s, uint64_t *t)
+{
+  struct mig_phases *ph = &s->r->ph;
+  s->t_freeze = *t = now_ns();
+  if (cg_freeze(&s->cg, true) < 0)
+    return ct_wrap("freeze %s", s->o->name);
+  s->frozen = true;
+  ph->freeze = lap(t);
+  cleanup_close int mfd = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (mfd < 0 || syncfs(mfd) < 0)
+    return ct_fail(errno, "sync the filesystem of %s", s->o->name);
+  ph->sync = lap(t);
+  return 0;
+}
+
 /* The CRIU images dumped beside the last round, as FILE/DATA messages. */
 static int send_images(struct src *s)
 {
@@ -176,18 +194,9 @@ static int send_images(struct src *s)
 static int frozen_round(struct src *s)
 {
   struct mig_phases *ph = &s->r->ph;
-  s->t_freeze = now_ns();
-  uint64_t t = s->t_freeze;
-  if (cg_freeze(&s->cg, true) < 0)
-    return ct_wrap("freeze %s", s->o->name);
-  s->frozen = true;
-  ph->freeze = lap(&t);
-  /* Every write the processes made reaches the loop device and, through
-   * FUSE, the daemon; the snapshot then holds them. */
-  cleanup_close int mfd = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (mfd < 0 || syncfs(mfd) < 0)
-    return ct_fail(errno, "sync the filesystem of %s", s->o->name);
-  ph->sync = lap(&t);
+  uint64_t t;
+  if (freeze_and_sync(s, &t) < 0)
+    return -1;
   char guid[PLOOP_UUID_LEN + 1];
   /* The daemon's snapshot, atomic against writes, with no FIFREEZE around
    * it: a clean journal is only needed to mount a snapshot read-only, and
@@ -285,15 +294,8 @@ static int shared_handover(struct src *s)
       syncfs(pre);
       close(pre);
     }
-    s->t_freeze = t = now_ns();
-    if (cg_freeze(&s->cg, true) < 0)
-      return ct_wrap("freeze %s", s->o->name);
-    s->frozen = true;
-    ph->freeze = lap(&t);
-    cleanup_close int mfd = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (mfd < 0 || syncfs(mfd) < 0)
-      return ct_fail(errno, "sync the filesystem of %s", s->o->name);
-    ph->sync = lap(&t);
+    if (freeze_and_sync(s, &t) < 0)
+      return -1;
     if (s->use_criu) {
       snprintf(s->images, sizeof s->images, "/dev/shm/ploop-container-migrate.%s", s->rec.id);
       if (ct_checkpoint(s->o->name, s->criu_bin, s->images, true, NULL) < 0)
