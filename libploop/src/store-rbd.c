@@ -16,17 +16,12 @@
 
 #include "internal.h"
 #include "store.h"
+#include "store-rbd.h"
 
 /* librados and librbd are loaded on the first use of an rbd: disk: linked
  * in, their start-up (C++ initializers, dozens of libraries) cost every
  * ploop process ~0.8 s on a busy host, whether it touched Ceph or not. */
-#define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock) X(rados_set_pool_full_try) X(rados_remove)
-#define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes) X(rbd_aio_create_completion) X(rbd_aio_read) X(rbd_aio_write) X(rbd_aio_get_return_value) X(rbd_aio_release)
-#define DECLARE(f) __typeof__(&f) p_##f;
-static struct {
-  RADOS_FUNCS(DECLARE) RBD_FUNCS(DECLARE)
-} lib;
-#undef DECLARE
+struct rbd_lib rbd_lib;
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 static char lib_error[256];
 
@@ -38,14 +33,18 @@ static void lib_load(void)
     snprintf(lib_error, sizeof lib_error, "%s", dlerror());
     return;
   }
-#define LOAD(h, f)                                                                                           \
-  if (!(lib.p_##f = (__typeof__(&f))dlsym(h, #f)) && !lib_error[0])                                         \
-    snprintf(lib_error, sizeof lib_error, "%s: %s missing", #h, #f);
-#define LOAD_RADOS(f) LOAD(rados, f)
-#define LOAD_RBD(f) LOAD(rbd, f)
+  /* Not through LOAD(h, f) alone: an argument passed on is macro-expanded,
+   * and the call names are macros (store-rbd.h). */
+#define LOAD_RADOS(f)                                                                                        \
+  if (!(rbd_lib.p_##f = (__typeof__(rbd_lib.p_##f))dlsym(rados, #f)) && !lib_error[0])                      \
+    snprintf(lib_error, sizeof lib_error, "rados: %s missing", #f);
+#define LOAD_RBD(f)                                                                                          \
+  if (!(rbd_lib.p_##f = (__typeof__(rbd_lib.p_##f))dlsym(rbd, #f)) && !lib_error[0])                        \
+    snprintf(lib_error, sizeof lib_error, "rbd: %s missing", #f);
   RADOS_FUNCS(LOAD_RADOS)
   RBD_FUNCS(LOAD_RBD)
-#undef LOAD
+#undef LOAD_RADOS
+#undef LOAD_RBD
 }
 
 static int lib_ready(void)
@@ -56,49 +55,6 @@ static int lib_ready(void)
                        lib_error);
   return 0;
 }
-#define rados_create (*lib.p_rados_create)
-#define rados_conf_read_file (*lib.p_rados_conf_read_file)
-#define rados_conf_set (*lib.p_rados_conf_set)
-#define rados_connect (*lib.p_rados_connect)
-#define rados_shutdown (*lib.p_rados_shutdown)
-#define rados_ioctx_create (*lib.p_rados_ioctx_create)
-#define rados_ioctx_destroy (*lib.p_rados_ioctx_destroy)
-#define rados_stat (*lib.p_rados_stat)
-#define rados_read (*lib.p_rados_read)
-#define rados_write_full (*lib.p_rados_write_full)
-#define rados_lock_exclusive (*lib.p_rados_lock_exclusive)
-#define rados_lock_shared (*lib.p_rados_lock_shared)
-#define rados_unlock (*lib.p_rados_unlock)
-#define rados_list_lockers (*lib.p_rados_list_lockers)
-#define rados_break_lock (*lib.p_rados_break_lock)
-#define rados_remove (*lib.p_rados_remove)
-#define rados_set_pool_full_try (*lib.p_rados_set_pool_full_try)
-#define rbd_open (*lib.p_rbd_open)
-#define rbd_open_read_only (*lib.p_rbd_open_read_only)
-#define rbd_close (*lib.p_rbd_close)
-#define rbd_lock_acquire (*lib.p_rbd_lock_acquire)
-#define rbd_lock_release (*lib.p_rbd_lock_release)
-#define rbd_lock_get_owners (*lib.p_rbd_lock_get_owners)
-#define rbd_lock_get_owners_cleanup (*lib.p_rbd_lock_get_owners_cleanup)
-#define rbd_lock_break (*lib.p_rbd_lock_break)
-#define rbd_get_size (*lib.p_rbd_get_size)
-#define rbd_create4 (*lib.p_rbd_create4)
-#define rbd_image_options_create (*lib.p_rbd_image_options_create)
-#define rbd_image_options_set_uint64 (*lib.p_rbd_image_options_set_uint64)
-#define rbd_image_options_destroy (*lib.p_rbd_image_options_destroy)
-#define rbd_remove (*lib.p_rbd_remove)
-#define rbd_rename (*lib.p_rbd_rename)
-#define rbd_read (*lib.p_rbd_read)
-#define rbd_write (*lib.p_rbd_write)
-#define rbd_resize2 (*lib.p_rbd_resize2)
-#define rbd_flush (*lib.p_rbd_flush)
-#define rbd_write_zeroes (*lib.p_rbd_write_zeroes)
-#define rbd_aio_create_completion (*lib.p_rbd_aio_create_completion)
-#define rbd_aio_read (*lib.p_rbd_aio_read)
-#define rbd_aio_write (*lib.p_rbd_aio_write)
-#define rbd_aio_get_return_value (*lib.p_rbd_aio_get_return_value)
-#define rbd_aio_release (*lib.p_rbd_aio_release)
-
 #define RBD_ORDER 20 /* 1 MiB objects: one default ploop cluster per object */
 
 /* The process's connections, one per configuration file, kept until exit:
@@ -112,14 +68,9 @@ static struct rbd_conn conns[8];
 static unsigned n_conns;
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
 
-struct rbd_loc {
-  char pool[128];
-  char name[256]; /* the disk's NAME */
-  char conf[512]; /* "" = CEPH_CONF or Ceph's default search */
-};
 
 /* "rbd:POOL/NAME[?conf=PATH]" */
-static int parse_loc(const char *s, struct rbd_loc *l)
+int rbd_parse_loc(const char *s, struct rbd_loc *l)
 {
   memset(l, 0, sizeof *l);
   if (strncmp(s, "rbd:", 4))
@@ -141,14 +92,14 @@ static int parse_loc(const char *s, struct rbd_loc *l)
   return 0;
 }
 
-static int rbd_fail(const char *what, const char *name, int rc)
+int rbd_fail(const char *what, const char *name, int rc)
 {
   int e = rc < 0 ? -rc : rc;
   int status = e == ENOENT ? PLOOP_ERR_NOTFOUND : e == EBUSY || e == EROFS ? PLOOP_ERR_BUSY : PLOOP_ERR_IO;
   return ploop_error(status, e, "%s: %s: %s", name, what, strerror(e));
 }
 
-static int connect_pool(const struct rbd_loc *l, rados_t *cluster, rados_ioctx_t *io)
+int rbd_connect_pool(const struct rbd_loc *l, rados_t *cluster, rados_ioctx_t *io)
 {
   if (lib_ready() < 0)
     return -1;
@@ -201,15 +152,15 @@ static int connect_pool(const struct rbd_loc *l, rados_t *cluster, rados_ioctx_t
 
 /* The RBD image of delta PATH in disk DIR: NAME.FILE; a bare PATH
  * (DIR NULL) names the image itself: rbd:POOL/IMAGE. */
-static int image_of(const char *dir, const char *path, struct rbd_loc *l, char *image, size_t len)
+int rbd_image_of(const char *dir, const char *path, struct rbd_loc *l, char *image, size_t len)
 {
   if (!dir) {
-    if (parse_loc(path, l) < 0)
+    if (rbd_parse_loc(path, l) < 0)
       return -1;
     snprintf(image, len, "%s", l->name);
     return 0;
   }
-  if (parse_loc(dir, l) < 0)
+  if (rbd_parse_loc(dir, l) < 0)
     return -1;
   size_t dl = strlen(dir);
   if (strncmp(path, dir, dl) || path[dl] != '/' || !path[dl + 1] || strchr(path + dl + 1, '/'))
@@ -246,7 +197,7 @@ static int obj_open(struct store_obj *o, const char *name, struct rbd_loc *l, ch
   if (!r)
     return ploop_error(PLOOP_ERR_GENERIC, ENOMEM, "out of memory");
   pthread_mutex_init(&r->grow, NULL);
-  int rc = connect_pool(l, NULL, &r->io);
+  int rc = rbd_connect_pool(l, NULL, &r->io);
   if (rc < 0)
     goto fail_free;
   rc = rdwr ? rbd_open(r->io, image, &r->img, NULL) : rbd_open_read_only(r->io, image, &r->img, NULL);
@@ -290,7 +241,7 @@ static int s_open(struct store_obj *o, const char *dir, const char *path, bool r
 {
   struct rbd_loc l;
   char image[512];
-  if (image_of(dir, path, &l, image, sizeof image) < 0)
+  if (rbd_image_of(dir, path, &l, image, sizeof image) < 0)
     return -1;
   return obj_open(o, path, &l, image, rdwr, true);
 }
@@ -300,7 +251,7 @@ static int s_create(struct store_obj *o, const char *dir, const char *path)
   struct rbd_loc l;
   char image[512];
   rados_ioctx_t io;
-  if (image_of(dir, path, &l, image, sizeof image) < 0 || connect_pool(&l, NULL, &io) < 0)
+  if (rbd_image_of(dir, path, &l, image, sizeof image) < 0 || rbd_connect_pool(&l, NULL, &io) < 0)
     return -1;
   rbd_image_options_t opts;
   rbd_image_options_create(&opts);
@@ -338,7 +289,7 @@ static int s_remove(const char *dir, const char *path)
   struct rbd_loc l;
   char image[512];
   rados_ioctx_t io;
-  if (image_of(dir, path, &l, image, sizeof image) < 0 || connect_pool(&l, NULL, &io) < 0) {
+  if (rbd_image_of(dir, path, &l, image, sizeof image) < 0 || rbd_connect_pool(&l, NULL, &io) < 0) {
     errno = EINVAL;
     return -1;
   }
@@ -356,8 +307,8 @@ static int s_link(const char *dir, const char *from, const char *to)
   struct rbd_loc l;
   char a[512], b[512];
   rados_ioctx_t io;
-  if (image_of(dir, from, &l, a, sizeof a) < 0 || image_of(dir, to, &l, b, sizeof b) < 0 ||
-      connect_pool(&l, NULL, &io) < 0) {
+  if (rbd_image_of(dir, from, &l, a, sizeof a) < 0 || rbd_image_of(dir, to, &l, b, sizeof b) < 0 ||
+      rbd_connect_pool(&l, NULL, &io) < 0) {
     errno = EINVAL;
     return -1;
   }
@@ -547,7 +498,7 @@ static int s_resolve(const char *dir_or_xml, char **dir, char **xml)
   size_t n = strlen(buf), dl = strlen("/" PLOOP_DESCRIPTOR_NAME);
   if (!strchr(buf, '?') && n > dl && !strcmp(buf + n - dl, "/" PLOOP_DESCRIPTOR_NAME))
     buf[n - dl] = 0;
-  if (parse_loc(buf, &l) < 0)
+  if (rbd_parse_loc(buf, &l) < 0)
     return -1;
   *dir = ploop_strdup(buf);
   if (!*dir)
@@ -560,10 +511,10 @@ static int s_resolve(const char *dir_or_xml, char **dir, char **xml)
 }
 
 /* Connects to the pool of disk DIR and names its descriptor object. */
-static int desc_open(const char *dir, rados_ioctx_t *io, char *oid, size_t len)
+int rbd_desc_open(const char *dir, rados_ioctx_t *io, char *oid, size_t len)
 {
   struct rbd_loc l;
-  if (parse_loc(dir, &l) < 0 || connect_pool(&l, NULL, io) < 0)
+  if (rbd_parse_loc(dir, &l) < 0 || rbd_connect_pool(&l, NULL, io) < 0)
     return -1;
   snprintf(oid, len, "%s.%s", l.name, PLOOP_DESCRIPTOR_NAME);
   return 0;
@@ -573,7 +524,7 @@ static int s_desc_read(const char *dir, char **text, size_t *len)
 {
   rados_ioctx_t io;
   char oid[512];
-  if (desc_open(dir, &io, oid, sizeof oid) < 0)
+  if (rbd_desc_open(dir, &io, oid, sizeof oid) < 0)
     return -1;
   uint64_t size = 0;
   time_t mtime;
@@ -603,7 +554,7 @@ static int s_desc_replace(const char *dir, const char *text, size_t len)
 {
   rados_ioctx_t io;
   char oid[512];
-  if (desc_open(dir, &io, oid, sizeof oid) < 0)
+  if (rbd_desc_open(dir, &io, oid, sizeof oid) < 0)
     return -1;
   /* One object written whole: readers see the old text or the new one,
    * and the call returns once every replica has it. */
@@ -645,7 +596,7 @@ static int s_lock(const char *dir, unsigned what)
 {
   struct rbd_loc l;
   rados_ioctx_t io;
-  if (parse_loc(dir, &l) < 0 || connect_pool(&l, NULL, &io) < 0)
+  if (rbd_parse_loc(dir, &l) < 0 || rbd_connect_pool(&l, NULL, &io) < 0)
     return -1;
   char oid[512], cookie[LOCK_COOKIE_LEN], who[768];
   snprintf(oid, sizeof oid, "%s.lock", l.name);
@@ -745,127 +696,3 @@ const struct store_ops store_rbd_ops = {
     .lock = s_lock,
     .unlock = s_unlock,
 };
-
-/* ---- lock-break ---- */
-/* Fences whoever holds disk DIR: its top image's exclusive lock is broken
- * (librbd blocklists the holder, whose next write fails) and the disk's
- * RADOS locks are broken too. */
-int ploop_rbd_lock_break(const char *dir, char *holder, size_t holder_len)
-{
-  struct ploop_descriptor *d = ploop_descriptor_load(dir);
-  if (!d)
-    return -1;
-  const struct ploop_image_desc *top = ploop_descriptor_find_image(d, PLOOP_TOP_GUID);
-  char *path = top ? ploop_descriptor_image_path(d, top) : NULL;
-  struct rbd_loc l;
-  char image[512];
-  rados_ioctx_t io;
-  int rc = -1;
-  if (holder_len)
-    holder[0] = 0;
-  if (!path || image_of(d->dir, path, &l, image, sizeof image) < 0 || connect_pool(&l, NULL, &io) < 0)
-    goto out;
-  rbd_image_t img;
-  int r = rbd_open(io, image, &img, NULL);
-  if (r < 0) {
-    rbd_fail("open image", path, r);
-    goto out_io;
-  }
-  char *owners[8];
-  size_t n = 8;
-  rbd_lock_mode_t mode;
-  r = rbd_lock_get_owners(img, &mode, owners, &n);
-  if (r == 0) {
-    for (size_t i = 0; i < n && r == 0; i++) {
-      if (holder_len && !holder[0])
-        snprintf(holder, holder_len, "%s", owners[i]);
-      r = rbd_lock_break(img, mode, owners[i]);
-    }
-    rbd_lock_get_owners_cleanup(owners, n);
-  } else if (r == -ENOENT) {
-    r = 0; /* nobody holds the image */
-  }
-  rbd_close(img);
-  if (r < 0) {
-    rbd_fail("break the image lock", path, r);
-    goto out_io;
-  }
-  /* The disk lock: whoever holds it is fenced now (blocklisted above, or
-   * gone); its RADOS locks are removed so that a new writer can start. */
-  char oid[512];
-  snprintf(oid, sizeof oid, "%s.lock", l.name);
-  static const char *const names[] = {"writer", "deltas"};
-  for (unsigned k = 0; k < 2; k++) {
-    char tag[256], clients[1024], cookies[1024], addrs[1024];
-    size_t tl = sizeof tag, cl = sizeof clients, kl = sizeof cookies, al = sizeof addrs;
-    int excl;
-    ssize_t m = rados_list_lockers(io, oid, names[k], &excl, tag, &tl, clients, &cl, cookies, &kl, addrs, &al);
-    const char *c = clients, *ck = cookies;
-    for (ssize_t i = 0; i < m; i++) {
-      if (holder_len && !holder[0])
-        snprintf(holder, holder_len, "%s", c);
-      rados_break_lock(io, oid, names[k], c, ck);
-      c += strlen(c) + 1;
-      ck += strlen(ck) + 1;
-    }
-  }
-  rc = 0;
-out_io:
-  rados_ioctx_destroy(io);
-out:
-  free(path);
-  ploop_descriptor_free(d);
-  return rc;
-}
-
-/* 1: disk DIR (rbd:POOL/NAME) has a descriptor, 0: none, -1: error. */
-int rbd_disk_exists(const char *dir)
-{
-  rados_ioctx_t io;
-  char oid[512];
-  if (desc_open(dir, &io, oid, sizeof oid) < 0)
-    return -1;
-  uint64_t size;
-  time_t mtime;
-  int rc = rados_stat(io, oid, &size, &mtime);
-  rados_ioctx_destroy(io);
-  if (rc == -ENOENT)
-    return 0;
-  return rc < 0 ? rbd_fail("stat descriptor", dir, rc) : 1;
-}
-
-/* Removes disk DIR whole: every image of its descriptor, the descriptor
- * object and its lock object. Refused (busy) while anyone holds it. */
-int ploop_rbd_disk_remove(const char *dir)
-{
-  int lock = s_lock(dir, PLOOP_LOCK_WRITER);
-  if (lock == -1)
-    return -1;
-  struct ploop_descriptor *d = ploop_descriptor_load(dir);
-  int rc = d ? 0 : -1;
-  for (size_t i = 0; d && i < d->n_images && rc == 0; i++) {
-    char *path = ploop_descriptor_image_path(d, &d->images[i]);
-    if (!path || (s_remove(d->dir, path) < 0 && errno != ENOENT))
-      rc = path ? ploop_error(PLOOP_ERR_IO, errno, "%s: remove image: %s", path, strerror(errno)) : -1;
-    free(path);
-  }
-  ploop_descriptor_free(d);
-  rados_ioctx_t io;
-  char oid[512];
-  if (rc == 0 && desc_open(dir, &io, oid, sizeof oid) == 0) {
-    int r = rados_remove(io, oid);
-    if (r < 0 && r != -ENOENT)
-      rc = rbd_fail("remove descriptor", dir, r);
-    rados_ioctx_destroy(io);
-  } else if (rc == 0) {
-    rc = -1;
-  }
-  ploop_unlock_disk(lock);
-  struct rbd_loc l;
-  if (rc == 0 && parse_loc(dir, &l) == 0 && connect_pool(&l, NULL, &io) == 0) {
-    snprintf(oid, sizeof oid, "%s.lock", l.name);
-    rados_remove(io, oid); /* only a name left; a new disk makes it again */
-    rados_ioctx_destroy(io);
-  }
-  return rc;
-}
