@@ -773,7 +773,11 @@ int ploop_attach_format_opts(const char *disk_dir, const char *fstype, const str
   struct ploop_attach_info i;
   if (ploop_attach_mount(disk_dir, NULL, &i) < 0)
     return -1;
-  int rc = ploop_fs_make_opts(i.device, fstype, o);
+  struct ploop_fs_opts fo = {0};
+  if (o)
+    fo = *o;
+  fo.prezeroed = true;
+  int rc = ploop_fs_make_opts(i.device, fstype, &fo);
   char msg[1024];
   int status = ploop_get_status(), err = ploop_get_errno();
   snprintf(msg, sizeof(msg), "%s", ploop_get_error());

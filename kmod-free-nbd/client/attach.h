@@ -133,6 +133,7 @@ int ploop_fs_make(const char *device, const char *fstype);
 struct ploop_fs_opts {
   unsigned block_size; /* filesystem block size in bytes; 0 = mkfs's default */
   bool nolazy;         /* ext3/4: initialise inode tables and journal now */
+  bool prezeroed;      /* ext3/4: DEVICE reads as zeros (a new disk): nothing to zero */
 };
 int ploop_fs_make_opts(const char *device, const char *fstype, const struct ploop_fs_opts *o);
 /* Probes DEVICE's filesystem type with libblkid into TYPE; -1 with
@@ -148,7 +149,8 @@ int ploop_fs_grow_online(const char *mount_point, const char *device, const char
 int ploop_fs_resize_offline(const char *device, const char *fstype, uint64_t new_bytes);
 
 /* Convenience for `ploop init -t FSTYPE`: attaches DISK_DIR without a
- * mount, makes the filesystem, detaches. */
+ * mount, makes the filesystem, detaches. DISK_DIR is a new disk: it reads
+ * as zeros, so mkfs is told so (ploop_fs_opts.prezeroed). */
 int ploop_attach_format(const char *disk_dir, const char *fstype);
 int ploop_attach_format_opts(const char *disk_dir, const char *fstype, const struct ploop_fs_opts *o);
 
