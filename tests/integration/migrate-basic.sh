@@ -25,6 +25,14 @@ assert len(o["rounds"]) >= 2 and o["rounds"][0] >= 24 << 20, o["rounds"]
 assert o["bytes_sent"] >= sum(o["rounds"]), o
 assert 0 < o["downtime_ms"] < o["total_ms"], o
 assert o["criu"] is False
+# where the total went: numbers, one per round in each array
+num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+assert num(o["hello_ms"]) and num(o["finish_ms"]), o
+for k in ("round_ms", "round_send_ms", "round_receive_ms"):
+    assert isinstance(o[k], list) and len(o[k]) == len(o["rounds"]), (k, o[k])
+    assert all(num(v) for v in o[k]), (k, o[k])
+assert all(r > 0 for r in o["round_ms"]), o["round_ms"]
+assert o["hello_ms"] + sum(o["round_ms"]) + o["finish_ms"] <= o["total_ms"] + 1, o
 PY
 sleep 0.3
 kill "$_tail_pid"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The in-doubt window: COMMIT sent, the answer lost. The source stays
 # frozen (never two running copies), exits 6, and `migrate --resolve`
-# settles it: by asking the destination, or by the operator's word.
+# settles it: by asking the destination, or by the operator's word. A
+# source killed after PREPARE (its committing record already durable) stays
+# frozen as well, and --resolve learns from the destination to abort.
 source "$(dirname "$0")/functions.sh"
 source "$(dirname "$0")/container-lib.bash"
 source "$(dirname "$0")/migrate-lib.bash"
@@ -63,3 +65,22 @@ in_a "$PLOOP_CONTAINER" --root "$SRC" migrate --resolve web --abort | grep -q ab
 assert_source_intact web 1
 assert_dest_empty web
 echo "operator abort: ok"
+
+# 4. The source killed after PREPARE, before COMMIT: its durable record says
+# committing, so the container stays frozen; the destination never got
+# COMMIT, discards, and --resolve (asking it) resumes the source.
+start_receiver
+rc=0
+PLOOP_MIGRATE_HOOK_PHASE=prepare PLOOP_MIGRATE_HOOK='kill -9 $PPID' migrate web --no-criu \
+  >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 137 ]] || fail "prepare: the source was not killed (exit $rc): $(cat "$TMP/err")"
+[[ $(state_of "$SRC" web) == frozen ]] || fail "prepare: the source is $(state_of "$SRC" web), not frozen"
+grep -q "phase=committing" "$SRC/web/migration" || fail "prepare: no durable committing record"
+expect_fail src thaw web >/dev/null
+[[ $(wait_receiver) -ne 0 ]] || fail "the destination committed without COMMIT"
+assert_dest_empty web
+start_receiver  # answers the query
+in_a "$PLOOP_CONTAINER" --root "$SRC" migrate --resolve web | grep -q aborted || fail "resolve did not abort"
+kill -9 "$RECV_PID"
+assert_source_intact web 1
+echo "source killed after PREPARE: resolved by asking"

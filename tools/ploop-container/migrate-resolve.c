@@ -200,6 +200,12 @@ int migrate_resolve(const char *name, const char *dest_override, int decision, u
     printf("%s: no migration to resolve\n", name);
     return 0;
   }
+  /* a source that died left its CRIU dump (if any) on tmpfs: either way
+   * it is of no use any more (the destination has its own copy) */
+  char images[128];
+  snprintf(images, sizeof images, "/dev/shm/ploop-container-migrate.%s", m.id);
+  if (strcmp(m.role, "source") == 0 && !strchr(m.id, '/'))
+    mig_remove_tree(images);
   if (strcmp(m.role, "source") != 0)
     return ct_usage("%s: this host is the destination of its migration (%s); resolve on the source",
                     name, m.phase);

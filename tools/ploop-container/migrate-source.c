@@ -67,8 +67,9 @@ static double lap(uint64_t *t)
 }
 
 /* One round: ROUND message, one disk stream of GUID (since the previous
- * round's snapshot), the destination's ack naming the same GUID. */
-static int send_round(struct src *s, unsigned round, const char *guid, bool final)
+ * round's snapshot), the destination's ack naming the same GUID. T_START:
+ * when the round began (its round_ms). */
+static int send_round(struct src *s, unsigned round, const char *guid, bool final, uint64_t t_start)
 {
   char phase[16];
   snprintf(phase, sizeof phase, final ? "final" : "round%u", round);
@@ -93,10 +94,15 @@ static int send_round(struct src *s, unsigned round, const char *guid, bool fina
   if (guid && strcmp(g, guid) != 0)
     return ct_fail(0, "round %u: the destination holds %s, not %s", round, g, guid);
   char ms[32];
-  if (final && mig_kv(ack, "receive_ms", ms, sizeof ms))
-    s->r->ph.dest_receive = strtod(ms, NULL);
-  if (final)
+  double receive_ms = mig_kv(ack, "receive_ms", ms, sizeof ms) ? strtod(ms, NULL) : 0;
+  if (final) {
+    s->r->ph.dest_receive = receive_ms;
     s->r->ph.send = st.seconds * 1e3;
+  }
+  unsigned i = s->r->n_rounds;
+  s->r->round_send_ms[i] = st.seconds * 1e3;
+  s->r->round_receive_ms[i] = receive_ms;
+  s->r->round_ms[i] = ms_since(t_start);
   s->r->rounds[s->r->n_rounds++] = st.bytes;
   s->r->bytes_sent += st.bytes;
   snprintf(s->since, sizeof s->since, "%s", g);
@@ -150,11 +156,24 @@ static int live_rounds(struct src *s)
 {
   for (unsigned round = 0;; round++) {
     char guid[PLOOP_UUID_LEN + 1];
+    uint64_t t_start = now_ns();
+    /* The round's dirty pages down to the disk first, so that this round's
+     * snapshot carries them: what is left for the frozen round (and its
+     * frozen syncfs) is only what was written since the last live round. */
+    int mfd = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (mfd < 0 || syncfs(mfd) < 0) {
+      int e = errno;
+      if (mfd >= 0)
+        close(mfd);
+      return ct_fail(e, "round %u: sync the filesystem of %s", round, s->o->name);
+    }
+    close(mfd);
     /* Live rounds need no consistent filesystem (the frozen round makes the
      * state consistent), so no FIFREEZE here: the writer never stalls. */
     if (ploop_ctl_snapshot(s->diskdir, NULL, guid) < 0)
       return ct_fail(0, "round %u: snapshot: %s", round, ploop_ctl_error());
-    if (add_snapshot(s, guid) < 0 || send_round(s, round, guid, false) < 0 || (round == 0 && pre_attach(s) < 0))
+    if (add_snapshot(s, guid) < 0 || send_round(s, round, guid, false, t_start) < 0 ||
+        (round == 0 && pre_attach(s) < 0))
       return -1;
     if ((s->r->stop_reason = stop_reason(s)))
       return 0;
@@ -242,7 +261,7 @@ static int frozen_round(struct src *s)
     }
     close(epipe[1]);
   }
-  int rc = send_round(s, s->r->n_rounds, guid, true);
+  int rc = send_round(s, s->r->n_rounds, guid, true, now_ns());
   if (dumper > 0) {
     char msg[1100] = "";
     ssize_t n;
@@ -276,7 +295,7 @@ static int offline_round(struct src *s)
   } else {
     s->t_freeze = now_ns();
   }
-  return send_round(s, 0, NULL, true);
+  return send_round(s, 0, NULL, true, now_ns());
 }
 
 /* A disk in shared storage (migrate-shared.h): no rounds. Freeze, flush,
@@ -400,6 +419,17 @@ static int commit(struct src *s)
   uint64_t t = now_ns();
   if (mig_send_text(s->fd, MIG_PREPARE, msg) < 0)
     return -1;
+  /* The durable "committing" record, written while the destination
+   * prepares (its fsync overlaps the mount there instead of adding to the
+   * downtime), and always before COMMIT can be sent. Until COMMIT goes out
+   * a failure in this process still rolls back (the destination cannot
+   * have committed); a source that dies from here on stays frozen with the
+   * record, and `migrate --resolve` asks the destination, which answers
+   * "unknown" for a migration whose COMMIT it never got. */
+  snprintf(s->rec.phase, sizeof s->rec.phase, "committing");
+  if (mig_record_save(s->o->name, &s->rec, true) < 0)
+    return -1;
+  mig_test_hook("prepare");
   cleanup_free char *ready = NULL;
   if (mig_expect(s->fd, MIG_READY, &ready, NULL) < 0)
     return ct_wrap("prepare");
@@ -407,9 +437,6 @@ static int commit(struct src *s)
   if (mig_kv(ready, "attach_ms", ms, sizeof ms))
     s->r->ph.dest_attach = strtod(ms, NULL);
   mig_test_hook("ready");
-  snprintf(s->rec.phase, sizeof s->rec.phase, "committing");
-  if (mig_record_save(s->o->name, &s->rec, true) < 0)
-    return -1;
   /* A peer that hung up (or spoke out of turn) cannot take COMMIT: that is a
    * plain failure, not doubt. */
   struct pollfd pfd = {.fd = s->fd, .events = POLLIN | POLLRDHUP};
@@ -563,9 +590,11 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r)
   s.rec.auth = o->auth != NULL;
   if (hello(&s) < 0 || mig_record_save(o->name, &s.rec, true) < 0)
     goto fail;
+  r->hello_ms = ms_since(s.t0);
   if (s.shared ? shared_handover(&s) < 0
                : r->online ? live_rounds(&s) < 0 || frozen_round(&s) < 0 : offline_round(&s) < 0)
     goto fail;
+  uint64_t t_finish = now_ns();
   rc = commit(&s);
   if (rc < 0)
     goto fail;
@@ -594,6 +623,7 @@ int migrate_source(const struct mig_opts *o, struct mig_result *r)
     rc = -1;
     goto out;
   }
+  r->finish_ms = ms_since(t_finish);
   r->total_ms = ms_since(s.t0);
   r->bytes_sent += mig_bytes_out;
   rc = 0;

@@ -52,6 +52,14 @@ struct mig_result {
   const char *stop_reason;  /* why the live rounds ended */
   bool shared;              /* the disk is in shared storage: its lock moved, no bytes */
   double dest_pre_attach_ms; /* the destination's attach before the freeze (0: not done) */
+  /* Where the total went (ms): checks, connect and HELLO..WELCOME; each
+   * round from its syncfs and snapshot (the frozen one: from its ROUND
+   * message) to its ack, of which our ploop_send and the destination's
+   * receive; after the last round (and CRIU images) until the end:
+   * PREPARE, COMMIT, the cleanup here. */
+  double hello_ms, finish_ms;
+  double round_ms[MIG_MAX_ROUNDS + 1], round_send_ms[MIG_MAX_ROUNDS + 1],
+      round_receive_ms[MIG_MAX_ROUNDS + 1];
   struct mig_phases ph;
 };
 

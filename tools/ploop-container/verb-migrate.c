@@ -69,6 +69,15 @@ static void print_result(const struct mig_opts *o, const struct mig_result *r, b
         printf(*c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? " " : "%c", *c);
       printf("\",");
     }
+    printf("\"hello_ms\":%.1f,\"finish_ms\":%.1f,", r->hello_ms, r->finish_ms);
+    const double *per_round[] = {r->round_ms, r->round_send_ms, r->round_receive_ms};
+    const char *per_round_name[] = {"round_ms", "round_send_ms", "round_receive_ms"};
+    for (unsigned k = 0; k < 3; k++) {
+      printf("\"%s\":[", per_round_name[k]);
+      for (unsigned i = 0; i < r->n_rounds; i++)
+        printf("%s%.1f", i ? "," : "", per_round[k][i]);
+      printf("],");
+    }
     const struct mig_phases *p = &r->ph;
     printf("\"phases_ms\":{\"freeze\":%.1f,\"sync\":%.1f,\"snapshot\":%.1f,\"checkpoint\":%.1f,"
            "\"last_round\":%.1f,\"send\":%.1f,\"dest_receive\":%.1f,\"prepare\":%.1f,\"dest_attach\":%.1f,"
