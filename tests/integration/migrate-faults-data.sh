@@ -22,6 +22,9 @@ start_writer web
 src exec web -- /bin/sh -c 'dd if=/dev/urandom of=/data bs=1M count=24 2>/dev/null; sync /data'
 
 # A later round: the destination's filesystem fills up while round 1 streams.
+# The failure may show only at PREPARE's mount (the journal replay's writes
+# then fail), with ext4's reserved blocks still free: root here lacks
+# CAP_SYS_RESOURCE, so the hint must go by the space others may use.
 FILL="fallocate -l \$(( \$(df --output=avail -B1 $TMP/dstfs | tail -n 1) - 4096 )) $TMP/dstfs/filler"
 fault_case round1 "$FILL" --min-round 0
 rm -f "$TMP/dstfs/filler"

@@ -28,11 +28,13 @@ bool mig_preattach_offered(void)
 
 /* Writes through the device that the daemon could not place (its
  * filesystem full) reach ext4 as plain I/O errors: a mount that replays
- * the journal says "Input/output error". Name the likely cause. */
+ * the journal says "Input/output error". Name the likely cause. Free
+ * blocks as the daemon sees them: ext4's reserved blocks are only for a
+ * process with CAP_SYS_RESOURCE, which root need not have (f_bavail). */
 static const char *space_hint(const char *diskdir)
 {
   struct statvfs v;
-  if (statvfs(diskdir, &v) == 0 && (uint64_t)v.f_bfree * v.f_frsize < (2u << 20))
+  if (statvfs(diskdir, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < (2u << 20))
     return " (no space left on the destination's filesystem)";
   return "";
 }
