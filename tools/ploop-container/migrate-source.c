@@ -549,6 +549,13 @@ static void roll_back(struct src *s)
   char saved[1200];
   snprintf(saved, sizeof saved, "%s", ct_error());
   int code = ct_error_code();
+  /* Never called once COMMIT was sent: a "committing" record (written at
+   * PREPARE) goes back to a phase that --resolve aborts without asking,
+   * should the abort below stop half-way. */
+  if (s->rec.id[0] && strcmp(s->rec.phase, "committing") == 0) {
+    snprintf(s->rec.phase, sizeof s->rec.phase, "aborting");
+    mig_record_save(s->o->name, &s->rec, true);
+  }
   if (s->rec.id[0] && mig_source_abort(s->o->name, &s->rec) < 0)
     fprintf(stderr, "ploop-container: rolling back %s: %s\n", s->o->name, ct_error());
   if (s->stopped_offline) {
