@@ -79,7 +79,7 @@ int migrate_recover_incoming(bool verbose);
 struct mig_record {
   char id[40];
   char role[8];        /* "source" or "dest" */
-  char phase[16];      /* source: rounds, committing; dest: receiving, ready, committed */
+  char phase[16];      /* source: rounds, committing (PREPARE sent), aborting; dest: receiving, ready, committed */
   char dest[256];      /* source: where to */
   char snaps[MIG_MAX_ROUNDS + 2][40]; /* source: temporary snapshots, oldest first */
   unsigned n_snaps;
