@@ -15,6 +15,10 @@
  * breaks a format that writes an index before the data it points to is
  * durable, and what a SIGKILL alone never shows.
  *
+ * CRASH_CUT_AT=N (with the journal on) SIGKILLs the writer instead of making
+ * its Nth change (write, zeroing or truncation) to a tracked file: with a
+ * fixed seed, a failing step reproduces exactly.
+ *
  * Not modelled: directory entries (create, rename, unlink survive as they
  * are), the descriptor (always replaced by an fsynced rename), and file
  * systems that persist data past a size change that did not persist. */
@@ -26,6 +30,7 @@
 #include <libaio.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +63,7 @@ static struct {
   int rfd; /* buffered read-only fd for the old bytes */
 } files[MAX_FILES];
 static unsigned n_files;
+static uint64_t n_changes, cut_at; /* CRASH_CUT_AT; 0: off */
 
 static uint64_t jbytes;
 #define JOURNAL_MAX (1ull << 30) /* a test writer is killed long before this */
@@ -87,6 +93,8 @@ static bool journal_on(void)
       jdir_len = strlen(jdir);
       jfd = open(j, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     }
+    const char *c = getenv("CRASH_CUT_AT");
+    cut_at = c ? strtoull(c, NULL, 10) : 0;
   }
   return jfd >= 0;
 }
@@ -141,11 +149,22 @@ static void journal_old(int id, uint64_t off, uint64_t len)
   }
 }
 
+/* Called before each change to a tracked file is journaled and made. */
+static void change_point(void)
+{
+  if (cut_at && ++n_changes == cut_at) {
+    kill(getpid(), SIGKILL);
+    for (;;)
+      pause();
+  }
+}
+
 static void journal_write(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
 {
   int id = file_id(fd);
   if (id < 0)
     return;
+  change_point();
   uint64_t len = 0;
   for (int i = 0; i < iovcnt; i++)
     len += iov[i].iov_len;
@@ -190,6 +209,7 @@ int fallocate64(int fd, int mode, off_t off, off_t len)
   pthread_mutex_lock(&jlock);
   int id = journal_on() ? file_id(fd) : -1;
   if (id >= 0) {
+    change_point();
     /* Every mode the library uses leaves zeros (or keeps data already
      * there, for plain allocation inside the file: then old == new). */
     uint64_t old = size_of(fd), end = (uint64_t)off + (uint64_t)len;
@@ -217,6 +237,7 @@ int ftruncate64(int fd, off_t len)
   pthread_mutex_lock(&jlock);
   int id = journal_on() ? file_id(fd) : -1;
   if (id >= 0) {
+    change_point();
     uint64_t old = size_of(fd), nl = (uint64_t)len;
     struct rec r = {REC_MAGIC, REC_TRUNC, (uint32_t)id, 0, nl, nl < old ? old - nl : 0, old, nl};
     jwrite(&r, sizeof r);
