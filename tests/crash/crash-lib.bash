@@ -6,10 +6,15 @@
 # With POWERFAIL=1 the kill is followed by a simulated power cut
 # (tests/crash/powerfail.c): unsynced sectors of the disk's files are lost at
 # random, which is what checks the order of data, syncs and BAT writes.
+# Knobs to reproduce a failure (each applies to every round): CRASH_ROUNDS
+# (instead of ITERATIONS), CRASH_SEED (the writer's seed; its last digit picks
+# the power-cut policy), CRASH_MS (kill after this many ms, after the wait
+# for the structural operation), CRASH_CUT_AT=N (power-cut tests: the writer
+# dies instead of making its Nth change to the disk's files; no timed kill).
 WRITER=$BUILD/tests/crash-writer
 
 crash_loop() {
-  local mode=$1 iterations=$2 size=32M cluster=64K
+  local mode=$1 iterations=${CRASH_ROUNDS:-$2} size=32M cluster=64K
   # Resize: 32 KiB clusters so growing to 1 GiB needs more BAT clusters.
   [[ $mode == resize ]] && cluster=32K size=16M
   # Plain and snapshot: a BAT past the first 4 KiB page, so entries outside
@@ -28,7 +33,7 @@ crash_loop() {
   local i rc seed ms lost=0 marker_hits=0 out f
   for ((i = 1; i <= iterations; i++)); do
     [[ $mode == mixed ]] && m=${mixed[i % ${#mixed[@]}]}
-    seed=$((RANDOM * 32768 + RANDOM))
+    seed=${CRASH_SEED:-$((RANDOM * 32768 + RANDOM))}
     ms=$((10 + RANDOM % 291))
     : >"$log" # the writer may be killed before it opens its log
     if [[ ${POWERFAIL:-0} == 1 ]]; then
@@ -39,7 +44,12 @@ crash_loop() {
       "$WRITER" write "$disk" "$log" "$seed" "$m" 2>"$TMP/writer.err" &
     fi
     local pid=$!
-    if [[ $m == merge || $m == resize || $m == convert ]] && ((i % 2 == 0 || ${POWERFAIL:-0} == 1)); then
+    if [[ -n ${CRASH_CUT_AT:-} && ${POWERFAIL:-0} == 1 ]]; then
+      # The writer kills itself at its Nth change; bounded if it never gets there.
+      local tries=0
+      while kill -0 "$pid" 2>/dev/null && ((tries++ < 1200)); do sleep 0.05; done
+      ms=0
+    elif [[ $m == merge || $m == resize || $m == convert ]] && ((i % 2 == 0 || ${POWERFAIL:-0} == 1)); then
       # Aim at the structural operation: wait until it starts, then a short delay.
       local tries=0
       until grep -qE '^(M|R|C) ' "$log" 2>/dev/null ||
@@ -49,6 +59,7 @@ crash_loop() {
       ms=$((RANDOM % 40))
       [[ $m == convert ]] && ms=$((RANDOM % 3)) # a conversion takes a few ms
     fi
+    [[ -n ${CRASH_MS:-} ]] && ms=$CRASH_MS
     sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
     kill -KILL "$pid" 2>/dev/null || true
     rc=0
@@ -57,6 +68,8 @@ crash_loop() {
       skip "crash-$mode: $(tail -1 "$TMP/writer.err")"
     fi
     [[ $rc -eq 137 ]] || fail "round $i (seed $seed): writer exited $rc before the kill: $(cat "$TMP/writer.err")"
+    local when=${ms}ms
+    [[ -n ${CRASH_CUT_AT:-} && ${POWERFAIL:-0} == 1 ]] && when="cut at change $CRASH_CUT_AT"
     if [[ ${POWERFAIL:-0} == 1 ]]; then
       out=$("$WRITER" powerfail "$TMP/journal" "$seed") || fail "round $i: power-cut replay failed: $out"
       echo "round $i: $out"
@@ -76,7 +89,7 @@ crash_loop() {
         # that state is flagged and kept recoverable by a backup of the BAT,
         # which check -F restores (step 3 then proves nothing was lost).
         [[ $m == convert && $inside == true && -e "$disk/$f.convert-backup" ]] ||
-          fail "round $i (seed $seed, ${ms}ms): ploop check found corruption in $f: $out"
+          fail "round $i (seed $seed, $when): ploop check found corruption in $f: $out"
         echo "round $i: $f is mid-conversion with its BAT backup; check -F will restore it"
       fi
       if [[ $out =~ ([0-9]+)\ lost\ clusters ]]; then
@@ -89,7 +102,7 @@ crash_loop() {
     out=$("$WRITER" verify "$disk" "$log" "$base" 2>&1) || rc=$?
     if [[ $rc -ne 0 ]]; then
       [[ $m == convert && $inside == true && $out == *"conversion was interrupted"* ]] ||
-        fail "round $i (seed $seed, ${ms}ms): data check after crash: $out"
+        fail "round $i (seed $seed, $when): data check after crash: $out"
       echo "round $i: killed mid-conversion; the disk is refused until repaired, as it should be"
     fi
     # 3. Repair (clears the in-use mark) and the data is still the same.
@@ -107,7 +120,7 @@ crash_loop() {
         [[ $qrc -eq 0 || $qrc -eq 3 ]] || fail "round $i: qemu-img check $f exited $qrc: $q"
       done
     fi
-    echo "round $i ($m): killed after ${ms}ms: $out"
+    echo "round $i ($m): killed after $when: $out"
   done
   echo "crash-$mode: $iterations kills survived; $lost lost clusters in the stack at the end (reported, not corruption)"
   if [[ $mode == merge || $mode == resize || $mode == convert || $mode == mixed ]]; then

@@ -15,17 +15,29 @@
  * breaks a format that writes an index before the data it points to is
  * durable, and what a SIGKILL alone never shows.
  *
+ * Files are known by inode (st_dev, st_ino), not by name: merging up links
+ * the merged delta under its base's name, and the old base's unsynced
+ * writes must not be replayed into the file that took its name. At replay a
+ * file is found again by inode in its directory; a file no longer linked
+ * there has nothing to roll back.
+ *
+ * CRASH_CUT_AT=N (with the journal on) SIGKILLs the writer instead of making
+ * its Nth change (write, zeroing or truncation) to a tracked file: with a
+ * fixed seed, a failing step reproduces exactly.
+ *
  * Not modelled: directory entries (create, rename, unlink survive as they
  * are), the descriptor (always replaced by an fsynced rename), and file
  * systems that persist data past a size change that did not persist. */
 #include "powerfail.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libaio.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +56,8 @@ struct rec {
   uint64_t off, len;
   uint64_t old_size, new_size;
   /* WRITE: old[len] then new[len]; ZERO: old[len]; TRUNC (shrink): old tail
-   * [new_size, old_size); FILE: the path (len bytes). */
+   * [new_size, old_size); FILE: the path (len bytes), st_dev in off and
+   * st_ino in old_size. */
 };
 
 /* ---- recording ---- */
@@ -54,10 +67,12 @@ static int jfd = -2; /* -2: not yet initialised; -1: disabled */
 static char jdir[PATH_MAX];
 static size_t jdir_len;
 static struct {
-  char path[PATH_MAX];
-  int rfd; /* buffered read-only fd for the old bytes */
+  dev_t dev;
+  ino_t ino;
+  int rfd; /* read-only fd on the same inode, for the old bytes */
 } files[MAX_FILES];
 static unsigned n_files;
+static uint64_t n_changes, cut_at; /* CRASH_CUT_AT; 0: off */
 
 static uint64_t jbytes;
 #define JOURNAL_MAX (1ull << 30) /* a test writer is killed long before this */
@@ -87,6 +102,8 @@ static bool journal_on(void)
       jdir_len = strlen(jdir);
       jfd = open(j, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     }
+    const char *c = getenv("CRASH_CUT_AT");
+    cut_at = c ? strtoull(c, NULL, 10) : 0;
   }
   return jfd >= 0;
 }
@@ -94,6 +111,12 @@ static bool journal_on(void)
 /* Journal id of the file behind FD, or -1 if it is not one we track. */
 static int file_id(int fd)
 {
+  struct stat st;
+  if (fstat(fd, &st) < 0)
+    return -1;
+  for (unsigned i = 0; i < n_files; i++)
+    if (files[i].dev == st.st_dev && files[i].ino == st.st_ino)
+      return (int)i;
   char link[64], path[PATH_MAX];
   snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
   ssize_t n = readlink(link, path, sizeof path - 1);
@@ -105,15 +128,17 @@ static int file_id(int fd)
   const char *name = path + jdir_len + 1;
   if (strstr(name, ".xml") || strstr(name, ".lck"))
     return -1; /* the descriptor is replaced by rename; not modelled here */
-  for (unsigned i = 0; i < n_files; i++)
-    if (!strcmp(files[i].path, path))
-      return (int)i;
   if (n_files == MAX_FILES)
     abort();
   unsigned id = n_files++;
-  snprintf(files[id].path, sizeof files[id].path, "%s", path);
-  files[id].rfd = open(path, O_RDONLY | O_CLOEXEC);
-  struct rec r = {REC_MAGIC, REC_FILE, id, 0, 0, (uint64_t)n, 0, 0};
+  files[id].dev = st.st_dev;
+  files[id].ino = st.st_ino;
+  /* Opened through the fd, not the name: the same inode, and holding it
+   * open keeps its number from being reused while we record. */
+  files[id].rfd = open(link, O_RDONLY | O_CLOEXEC);
+  if (files[id].rfd < 0)
+    abort();
+  struct rec r = {REC_MAGIC, REC_FILE, id, 0, (uint64_t)st.st_dev, (uint64_t)n, (uint64_t)st.st_ino, 0};
   jwrite(&r, sizeof r);
   jwrite(path, (size_t)n);
   return (int)id;
@@ -141,11 +166,22 @@ static void journal_old(int id, uint64_t off, uint64_t len)
   }
 }
 
+/* Called before each change to a tracked file is journaled and made. */
+static void change_point(void)
+{
+  if (cut_at && ++n_changes == cut_at) {
+    kill(getpid(), SIGKILL);
+    for (;;)
+      pause();
+  }
+}
+
 static void journal_write(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
 {
   int id = file_id(fd);
   if (id < 0)
     return;
+  change_point();
   uint64_t len = 0;
   for (int i = 0; i < iovcnt; i++)
     len += iov[i].iov_len;
@@ -190,6 +226,7 @@ int fallocate64(int fd, int mode, off_t off, off_t len)
   pthread_mutex_lock(&jlock);
   int id = journal_on() ? file_id(fd) : -1;
   if (id >= 0) {
+    change_point();
     /* Every mode the library uses leaves zeros (or keeps data already
      * there, for plain allocation inside the file: then old == new). */
     uint64_t old = size_of(fd), end = (uint64_t)off + (uint64_t)len;
@@ -217,6 +254,7 @@ int ftruncate64(int fd, off_t len)
   pthread_mutex_lock(&jlock);
   int id = journal_on() ? file_id(fd) : -1;
   if (id >= 0) {
+    change_point();
     uint64_t old = size_of(fd), nl = (uint64_t)len;
     struct rec r = {REC_MAGIC, REC_TRUNC, (uint32_t)id, 0, nl, nl < old ? old - nl : 0, old, nl};
     jwrite(&r, sizeof r);
@@ -336,6 +374,45 @@ static void zero_range(int fd, uint64_t off, uint64_t len, const char *path)
   }
 }
 
+/* Opens, for writing, the file of inode DEV:INO last seen as PATH: that
+ * name if it still leads to the inode, else the entry of PATH's directory
+ * that does (renamed, or linked under another name). -1 with errno ENOENT
+ * when no name leads to it any more. PATH is updated to the name used. */
+static int open_inode(char *path, uint64_t dev, uint64_t ino)
+{
+  struct stat st;
+  int fd = open(path, O_WRONLY);
+  if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino)
+    return fd;
+  if (fd >= 0)
+    close(fd);
+  else if (errno != ENOENT)
+    die("open", path);
+  char *slash = strrchr(path, '/');
+  if (!slash)
+    return errno = ENOENT, -1;
+  *slash = 0;
+  DIR *d = opendir(path);
+  if (!d)
+    die("open directory", path);
+  *slash = '/';
+  struct dirent *e;
+  fd = -1;
+  while (fd < 0 && (e = readdir(d))) {
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+        (uint64_t)st.st_dev != dev || (uint64_t)st.st_ino != ino)
+      continue;
+    snprintf(slash + 1, PATH_MAX - (size_t)(slash + 1 - path), "%s", e->d_name);
+    fd = open(path, O_WRONLY);
+    if (fd < 0)
+      die("open", path);
+  }
+  closedir(d);
+  if (fd < 0)
+    errno = ENOENT;
+  return fd;
+}
+
 int powerfail_replay(const char *journal, uint64_t seed)
 {
   rng_state = seed / 10;
@@ -343,6 +420,7 @@ int powerfail_replay(const char *journal, uint64_t seed)
   if (!j)
     die("open", journal);
   static char paths[MAX_FILES][PATH_MAX];
+  static uint64_t devs[MAX_FILES], inos[MAX_FILES];
   size_t n = 0, cap = 1024;
   struct jop *ops = malloc(cap * sizeof *ops);
   struct rec r;
@@ -353,6 +431,8 @@ int powerfail_replay(const char *journal, uint64_t seed)
       if (fread(paths[r.file], 1, r.len, j) != r.len)
         break;
       paths[r.file][r.len] = 0;
+      devs[r.file] = r.off;
+      inos[r.file] = r.old_size;
       continue;
     }
     /* A record whose payload was cut by the kill never reached the file. */
@@ -376,12 +456,9 @@ int powerfail_replay(const char *journal, uint64_t seed)
     for (size_t i = 0; i < n; i++)
       if (ops[i].r.file == f && ops[i].r.type == REC_SYNC)
         last_sync = i + 1;
-    int fd = open(paths[f], O_WRONLY);
-    if (fd < 0) {
-      if (errno == ENOENT)
-        continue; /* unlinked later (merged away): nothing to roll back */
-      die("open", paths[f]);
-    }
+    int fd = open_inode(paths[f], devs[f], inos[f]);
+    if (fd < 0)
+      continue; /* unlinked later (merged away): nothing to roll back */
     /* Undo, newest first: back to the state at the last sync. */
     for (size_t i = n; i-- > last_sync;) {
       const struct rec *o = &ops[i].r;

@@ -11,7 +11,13 @@ export PATH=$BUILD/bin:$PATH
 
 _cleanups=()
 cleanup() { _cleanups+=("$*"); }
+_main_pid=$BASHPID
 _run_cleanups() {
+  # Only the test's own shell cleans up. bash (5.2) runs this EXIT trap in a
+  # child forked for `cmd &` or `( ... ) &` when a signal reaches the child
+  # before it has reset its traps: a kill of a job just started removed the
+  # whole $TMP (and ran every other cleanup) while the test went on.
+  [[ $BASHPID == "$_main_pid" ]] || return 0
   local i
   for ((i = ${#_cleanups[@]} - 1; i >= 0; i--)); do eval "${_cleanups[i]}" || true; done
 }

@@ -31,18 +31,37 @@ disk_sum() { # DIR: checksum of the disk's contents
   sum "$TMP/sum.raw"
   rm -f "$TMP/sum.raw"
 }
+# bounded PID SECS: a watchdog that SIGKILLs PID after SECS; its pid in WD.
+# It waits in bash's read on a FIFO no one writes to, not in a sleep child:
+# killing it (unbounded, once PID has been waited for) leaves no process.
+bounded() {
+  [[ -p $TMP/watchdog.fifo ]] || mkfifo "$TMP/watchdog.fifo"
+  (
+    exec >/dev/null 2>&1
+    read -r -t "$2" _ <>"$TMP/watchdog.fifo" || kill -KILL "$1"
+  ) &
+  WD=$!
+}
+unbounded() { kill "$WD" 2>/dev/null || true; wait "$WD" 2>/dev/null || true; }
 # interrupt SIG DELAY CMD...: runs CMD, sends SIG after DELAY seconds; sets
-# RC and ERR (stderr). Bounded by timeout.
+# RC and ERR (stderr). The signal goes to the verb's own pid: a wrapper
+# (coreutils timeout) signalled in its first millisecond may exit 143 without
+# passing it on, and the verb then runs on as an orphan while the checks below
+# look at its files. env execs the verb in the same pid, with SIGINT and
+# SIGTERM back to their default (bash starts background jobs with SIGINT
+# ignored): a signal before the verb's handler is set kills it, as it would
+# from a terminal. The watchdog bounds a verb that would hang.
 interrupt() {
   local sig=$1 delay=$2
   shift 2
-  timeout -k 30 90 "$@" >/dev/null 2>"$TMP/int.err" &
+  env --default-signal=INT,TERM "$@" >/dev/null 2>"$TMP/int.err" &
   local pid=$!
+  bounded "$pid" 90
   sleep "$delay"
-  # timeout passes the signal on to the verb.
   kill -s "$sig" "$pid" 2>/dev/null || true
   RC=0
   wait "$pid" || RC=$?
+  unbounded
   ERR=$(cat "$TMP/int.err")
 }
 # A verb that caught the signal says so in one line and exits 128+N; one
@@ -73,7 +92,7 @@ moments() {
 ms_of() { local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N); echo $(((t1 - t0) / 1000000)); }
 
 # Small: this machine is shared. A cancel waits for the batch in flight
-# (32 MiB of direct I/O), hence the generous kill-after above.
+# (32 MiB of direct I/O), hence the generous watchdog above.
 head -c 40M /dev/urandom >src.raw
 # Zero stretches make import compare, skip and discard, not only write.
 dd if=/dev/zero of=src.raw bs=1M seek=10 count=8 conv=notrunc status=none
@@ -205,12 +224,14 @@ done
 $PLOOP send -o full.stream ref >/dev/null 2>&1
 for t in 1.0 2.0; do
   { head -c 12M full.stream; sleep 3; } | {
-    timeout -k 30 90 $PLOOP receive rcv >/dev/null 2>"$TMP/int.err" &
+    env --default-signal=INT,TERM $PLOOP receive rcv >/dev/null 2>"$TMP/int.err" &
     pid=$!
+    bounded $pid 90
     sleep "$t"
     kill -INT $pid
     RC=0
     wait $pid || RC=$?
+    unbounded
     echo $RC >"$TMP/rcv.rc"
   } || true # the writer side dies of SIGPIPE once receive stops reading
   RC=$(cat "$TMP/rcv.rc") ERR=$(cat "$TMP/int.err")
