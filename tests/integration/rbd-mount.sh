@@ -15,6 +15,7 @@ R="rbd:rbd/m1?conf=$CONF"
 F=$TMP/file
 SIZE=$((128 << 20))
 t "$PLOOP" init -s 128M "$R" >/dev/null || fail "init of the rbd disk"
+mkdir -p "$F"
 t "$PLOOP" init -s 128M -t none "$F/root.hds" >/dev/null || fail "init of the file disk"
 cleanup "timeout 60 '$PLOOP' umount '$R' >/dev/null 2>&1"
 
