@@ -4,7 +4,8 @@
  * range goes out as IORING_OP_READ/WRITE on that same ring, and its
  * completion commits the answer: no thread hand-off and no sleep per
  * request.  What may block (allocation, copy-up, fsync, discard) goes to a
- * pool of worker threads, which hand the entry back with IORING_OP_MSG_RING. */
+ * pool of worker threads, which hand the entry back with IORING_OP_MSG_RING.
+ * A disk with no fd to map (RBD) uses its own aio instead (fuse-uring-aio.c). */
 #include "fuse-uring-int.h"
 
 #include <errno.h>
