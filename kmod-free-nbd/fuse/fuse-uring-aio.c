@@ -74,8 +74,7 @@ void ring_aio_reap(struct ring_thread *rt)
   arm_poll(rt);
 }
 
-int fs_submit_aio(struct fs_req *r, bool write, size_t len, uint64_t off, fs_io_done_fn done,
-                  void *arg)
+int fs_submit_aio(struct fs_req *r, bool write, size_t len, uint64_t off, fs_io_done_fn done, void *arg)
 {
   if (!r->ring_hdr || r->may_block)
     return 0;

@@ -40,7 +40,7 @@ struct ring_ent {
   int io_res;
   fs_io_done_fn io_done;
   void *io_arg;
-  unsigned aio_slot; /* STEP_AIO write: which flush epoch counts it */
+  unsigned aio_slot;     /* STEP_AIO write: which flush epoch counts it */
   struct ring_ent *next; /* in the workers' queue */
 };
 
