@@ -31,6 +31,7 @@ struct ploop_fuse_export {
   char *mountpoint;
   char *file_name;
   bool readonly;
+  bool aio; /* the disk's own aio serves the ring's READs and WRITEs (RBD) */
   _Atomic uint64_t size;
   uint64_t start_time;
 };
@@ -146,6 +147,34 @@ static void mapped_done(void *arg, struct fs_req *r, int res)
   }
 }
 
+/* An aio READ or WRITE finished (libploop dropped its pin already). */
+static void aio_done(void *arg, struct fs_req *r, int res)
+{
+  (void)arg;
+  size_t size = (size_t)r->handler_data;
+  if (res < 0) {
+    fs_reply(r, -res, NULL, 0);
+  } else if (r->in->opcode == FUSE_READ) {
+    fs_reply(r, 0, r->out, size);
+  } else {
+    struct fuse_write_out out = {.size = (uint32_t)size};
+    fs_reply(r, 0, &out, sizeof(out));
+  }
+}
+
+/* On a disk with aio: starts it when one delta holds the range already.
+ * True when the request is answered or on its way; false leaves holes,
+ * allocations and ranges across clusters to try_mapped and the workers. */
+static bool try_aio(struct ploop_fuse_export *fx, struct fs_req *r, uint64_t off, size_t size,
+                    bool write)
+{
+  r->handler_data = size;
+  int rc = fs_submit_aio(r, write, size, off, aio_done, fx);
+  if (rc < 0)
+    fs_reply(r, -rc, NULL, 0);
+  return rc != 0;
+}
+
 /* On a serving thread that must not block: has the ring do the I/O when
  * every cluster the range touches is held (for a write: by the top), reads
  * holes as zeros, and leaves the rest (allocation, copy-up, a disk changing
@@ -206,6 +235,8 @@ static void op_read(struct ploop_fuse_export *fx, struct fs_req *r)
   if (size > FS_IO_MAX)
     size = FS_IO_MAX;
   if (!r->may_block) {
+    if (fx->aio && try_aio(fx, r, off, size, false))
+      return;
     if (!try_mapped(fx, r, off, size, false))
       fs_defer(r);
     return;
@@ -241,7 +272,7 @@ static void op_write(struct ploop_fuse_export *fx, struct fs_req *r)
   bool fua = in->flags & (O_SYNC | O_DSYNC);
   if (!r->may_block) {
     /* A FUA write also makes the BAT durable: the worker's path does it. */
-    if (fua || !try_mapped(fx, r, off, size, true))
+    if (fua || !((fx->aio && try_aio(fx, r, off, size, true)) || try_mapped(fx, r, off, size, true)))
       fs_defer(r);
     return;
   }
@@ -260,6 +291,10 @@ static void op_fsync(struct ploop_fuse_export *fx, struct fs_req *r)
     fs_defer(r); /* a flush waits for the disk */
     return;
   }
+  /* The kernel flushes what it saw complete; waiting for the aio writes
+   * still in flight too costs little and leaves no doubt. */
+  if (fx->aio)
+    fs_aio_drain(fx->session);
   if (!fx->readonly && ploop_disk_flush(fx->disk) < 0) {
     fs_reply(r, disk_errno(), NULL, 0);
     return;
@@ -417,8 +452,12 @@ struct ploop_fuse_export *ploop_fuse_export_start(struct ploop_disk *disk, const
     ploop_set_error(PLOOP_ERR_GENERIC, ENOMEM, "fuse export: out of memory");
     return NULL;
   }
+  /* PLOOP_FUSE_AIO=0 sends an RBD disk's requests to the workers, as
+   * before aio (benchmarks, tests). */
+  const char *env_aio = getenv("PLOOP_FUSE_AIO");
+  fx->aio = ploop_disk_has_aio(disk) && !(env_aio && strcmp(env_aio, "0") == 0);
   struct fs_session_params p = {.mountpoint = mountpoint, .source = source, .readonly = fx->readonly,
-                                .handler = handle, .opaque = fx};
+                                .aio_disk = fx->aio ? disk : NULL, .handler = handle, .opaque = fx};
   fx->session = fs_session_start(&p);
   if (!fx->session) {
     export_free(fx);
@@ -447,8 +486,8 @@ void ploop_fuse_export_info_json(struct ploop_fuse_export *fx, char *buf, size_t
   fs_session_stats(fx->session, &st);
   snprintf(buf, len,
            ",\"fuse_transport\":\"%s\",\"fuse_requests\":{\"ring\":%" PRIu64 ",\"ring_io\":%" PRIu64
-           ",\"workers\":%" PRIu64 "}",
-           st.transport, st.served, st.ring_io, st.deferred);
+           ",\"workers\":%" PRIu64 ",\"aio\":%" PRIu64 "}",
+           st.transport, st.served, st.ring_io, st.deferred, st.aio);
 }
 
 void ploop_fuse_export_stop(struct ploop_fuse_export *fx)

@@ -51,6 +51,7 @@ struct fs_session {
   dev_t dev; /* of the mounted root: its minor names /sys/fs/fuse/connections/N */
   fs_handler_fn handler;
   void *opaque;
+  struct ploop_disk *aio_disk;
   struct fs_uring *ring;
   bool ring_active; /* the kernel sends requests through it */
   unsigned proto_minor;
@@ -428,6 +429,12 @@ void fs_session_stats(const struct fs_session *s, struct fs_stats *st)
     fs_uring_stats(s->ring, st);
 }
 
+void fs_aio_drain(struct fs_session *s)
+{
+  if (s->ring_active)
+    fs_uring_aio_drain(s->ring);
+}
+
 void fs_session_inval_inode(struct fs_session *s, uint64_t ino)
 {
   struct fuse_out_header oh = {.error = FUSE_NOTIFY_INVAL_INODE};
@@ -461,6 +468,7 @@ struct fs_session *fs_session_start(const struct fs_session_params *p)
   s->fd = -1;
   s->handler = p->handler;
   s->opaque = p->opaque;
+  s->aio_disk = p->aio_disk;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->cond, NULL);
   install_stop_signal();
@@ -508,7 +516,8 @@ struct fs_session *fs_session_start(const struct fs_session_params *p)
     char why[160] = "";
     s->ring = fs_uring_start(s, env_unsigned("PLOOP_FUSE_URING_DEPTH", URING_DEPTH, 256),
                              env_unsigned("PLOOP_FUSE_WORKERS", URING_WORKERS, 256),
-                             env_unsigned("PLOOP_FUSE_URING_PIN", 0, 1) == 1, why, sizeof(why));
+                             env_unsigned("PLOOP_FUSE_URING_PIN", 0, 1) == 1, s->aio_disk, why,
+                             sizeof(why));
     if (!s->ring || !fs_uring_ok(s->ring) || !ring_answers(s)) {
       /* The kernel refused the ring (or never switched to it): serve
        * everything from /dev/fuse.  Entries already registered stay idle. */

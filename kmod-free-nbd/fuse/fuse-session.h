@@ -67,10 +67,24 @@ typedef void (*fs_io_done_fn)(void *arg, struct fs_req *r, int res);
 void fs_submit_io(struct fs_req *r, const struct fs_io_seg *seg, unsigned n, bool write,
                   fs_io_done_fn done, void *arg);
 
+/* Only where !r->may_block, on a session started with an aio_disk: starts
+ * R's READ (into r->out) or WRITE (from r->data) of LEN bytes at OFF with
+ * the disk's own asynchronous I/O (ploop_disk_aio_start), then calls
+ * DONE(ARG, R, RES) on the serving thread, RES being LEN or -errno.  1:
+ * started; 0: not this way (no aio here, a hole, an allocation, a range
+ * across clusters: answer otherwise); -errno: refused. */
+int fs_submit_aio(struct fs_req *r, bool write, size_t len, uint64_t off, fs_io_done_fn done,
+                  void *arg);
+/* Waits for the aio writes started before (a FLUSH, before it flushes the
+ * disk); may block. */
+void fs_aio_drain(struct fs_session *s);
+
+struct ploop_disk;
 struct fs_session_params {
   const char *mountpoint;
   const char *source; /* shown in /proc/mounts */
   bool readonly;
+  struct ploop_disk *aio_disk; /* NULL, or a disk the rings do aio on (fs_submit_aio) */
   fs_handler_fn handler;
   void *opaque;
 };
@@ -83,6 +97,7 @@ struct fs_stats {
   uint64_t served;       /* io_uring only: requests answered through the ring */
   uint64_t ring_io;      /* ... whose data moved by the ring's own reads/writes */
   uint64_t deferred;     /* ... handed to a worker (may block) */
+  uint64_t aio;          /* ... whose data moved by the disk's aio (fs_submit_aio) */
 };
 void fs_session_stats(const struct fs_session *s, struct fs_stats *st);
 /* Drops the kernel's cached attributes of inode INO. */
@@ -113,7 +128,7 @@ struct fs_uring;
  * for what may block.  NULL, or not fs_uring_ok(), when the kernel refused
  * (then /dev/fuse serves); WHY says why. */
 struct fs_uring *fs_uring_start(struct fs_session *s, unsigned depth, unsigned workers, bool pin,
-                                char *why, size_t why_len);
+                                struct ploop_disk *aio_disk, char *why, size_t why_len);
 bool fs_uring_ok(const struct fs_uring *u);
 /* Sends SIG to every ring thread (see fs_session_stopping). */
 void fs_uring_kick(struct fs_uring *u, int sig);
@@ -122,5 +137,7 @@ void fs_uring_kick(struct fs_uring *u, int sig);
 bool fs_uring_free(struct fs_uring *u, bool detach);
 /* Adds the ring's counters to ST. */
 void fs_uring_stats(const struct fs_uring *u, struct fs_stats *st);
+/* fs_aio_drain's work on the rings (fuse-uring-aio.c). */
+void fs_uring_aio_drain(struct fs_uring *u);
 
 #endif

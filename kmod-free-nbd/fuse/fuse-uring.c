@@ -4,9 +4,9 @@
  * range goes out as IORING_OP_READ/WRITE on that same ring, and its
  * completion commits the answer: no thread hand-off and no sleep per
  * request.  What may block (allocation, copy-up, fsync, discard) goes to a
- * pool of worker threads, which hand the entry back with IORING_OP_MSG_RING. */
-#include "fuse-abi.h"
-#include "fuse-session.h"
+ * pool of worker threads, which hand the entry back with IORING_OP_MSG_RING.
+ * A disk with no fd to map (RBD) uses its own aio instead (fuse-uring-aio.c). */
+#include "fuse-uring-int.h"
 
 #include <errno.h>
 #include <liburing.h>
@@ -20,87 +20,6 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 
-/* The low bits of a CQE's user_data say what completed for the entry. */
-enum { TAG_FUSE = 0, TAG_IO = 1, TAG_BACK = 2, TAG_MASK = 3 };
-
-/* What the entry waits for once the handler (or an I/O callback) returns. */
-enum step { STEP_ANSWER, STEP_IO, STEP_WORKER };
-
-struct ring_thread;
-
-struct ring_ent {
-  struct fs_req req; /* valid from the request's arrival to its commit */
-  struct ring_thread *rt;
-  struct ploop_fuse_uring_req_header *hdr;
-  void *payload;
-  struct iovec iov[2];
-  uint64_t commit_id;
-  uint32_t last_cmd;
-  uint16_t qid;
-  enum step step;
-  /* STEP_IO: the backend I/O the handler asked for, what of it is still
-   * in flight, and the bytes moved so far (or the first -errno). */
-  struct fs_io_seg io_seg[FS_IO_SEGS];
-  bool io_write;
-  unsigned io_left;
-  int io_res;
-  fs_io_done_fn io_done;
-  void *io_arg;
-  struct ring_ent *next; /* in the workers' queue */
-};
-
-struct ring_thread {
-  struct fs_uring *u;
-  unsigned cpu; /* whose queue it serves with all but one-entry queues */
-  unsigned nent;
-  struct ring_ent *ent;
-  /* Every entry's header page and payload, carved from one mapping: 2 x 32
-   * separate 1 MiB allocations were 64 mmaps at each attach and 64 munmaps,
-   * each a TLB shootdown across our threads, at each detach. */
-  void *area;
-  size_t area_len;
-  struct io_uring ring;
-  bool ring_ok;
-  pthread_t tid;
-  bool started;
-  unsigned io_inflight;
-  /* Per thread (a shared counter would bounce between CPUs): requests
-   * answered, those whose data moved by the ring's own I/O, those handed to
-   * a worker. */
-  _Atomic uint64_t served, ring_io, deferred;
-};
-
-struct worker {
-  struct fs_uring *u;
-  struct io_uring ring; /* only for MSG_RING to the serving threads */
-  bool ring_ok;
-  pthread_t tid;
-  bool started;
-};
-
-struct fs_uring {
-  struct fs_session *s;
-  unsigned nqueues, nthreads, nworkers;
-  bool pin;
-  struct ring_thread *t;
-  struct worker *w;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  unsigned reported, failed;
-  int first_err;
-  /* The workers' queue of entries, and how many workers are alive. */
-  pthread_mutex_t wlock;
-  pthread_cond_t wcond;
-  struct ring_ent *whead, **wtail;
-  bool wstop;
-  unsigned walive;
-  /* Workers start on demand: a few at first (each is a thread and an
-   * io_uring to make at every attach and tear down at every detach, while
-   * a container's start needs one or two), another whenever more entries
-   * wait than workers idle, up to NWORKERS. */
-  unsigned wstarted, widle, wqueued;
-};
-
 #define WORKERS_AT_START 2
 
 void fs_uring_stats(const struct fs_uring *u, struct fs_stats *st)
@@ -109,14 +28,10 @@ void fs_uring_stats(const struct fs_uring *u, struct fs_stats *st)
     st->served += atomic_load_explicit(&u->t[i].served, memory_order_relaxed);
     st->ring_io += atomic_load_explicit(&u->t[i].ring_io, memory_order_relaxed);
     st->deferred += atomic_load_explicit(&u->t[i].deferred, memory_order_relaxed);
+    st->aio += atomic_load_explicit(&u->t[i].aio, memory_order_relaxed);
   }
 }
 
-/* Only the owning thread writes its counters. */
-static void count(_Atomic uint64_t *c)
-{
-  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
-}
 bool fs_uring_ok(const struct fs_uring *u) { return u->failed == 0; }
 
 static struct ring_ent *ent_of(struct fs_req *r)
@@ -162,7 +77,7 @@ static unsigned possible_cpus(void)
   return n;
 }
 
-static struct io_uring_sqe *get_sqe(struct io_uring *ring)
+struct io_uring_sqe *ring_get_sqe(struct io_uring *ring)
 {
   struct io_uring_sqe *sqe;
   /* The SQ has room for every entry's one operation, so this loops only if
@@ -174,7 +89,7 @@ static struct io_uring_sqe *get_sqe(struct io_uring *ring)
 
 static void prep_cmd(struct ring_thread *rt, struct ring_ent *e, uint32_t cmd)
 {
-  struct io_uring_sqe *sqe = get_sqe(&rt->ring);
+  struct io_uring_sqe *sqe = ring_get_sqe(&rt->ring);
   /* A 128-byte SQE (SQE128): 64 + the command area. */
   memset((void *)sqe, 0, 2 * sizeof(*sqe));
   sqe->opcode = IORING_OP_URING_CMD;
@@ -238,7 +153,7 @@ static void enqueue_worker(struct fs_uring *u, struct ring_ent *e)
 /* Takes the entry on to what the handler left it waiting for: an I/O on
  * this ring, a worker, or the commit of its answer.  Only here does an
  * entry leave the serving thread, after every use of it is done. */
-static void advance(struct ring_thread *rt, struct ring_ent *e)
+void ring_advance(struct ring_thread *rt, struct ring_ent *e)
 {
   struct fs_req *r = &e->req;
   if (r->pending && e->step == STEP_IO) {
@@ -246,7 +161,7 @@ static void advance(struct ring_thread *rt, struct ring_ent *e)
     e->io_res = 0;
     for (unsigned i = 0; i < r->io_segs; i++) {
       const struct fs_io_seg *g = &e->io_seg[i];
-      struct io_uring_sqe *sqe = get_sqe(&rt->ring);
+      struct io_uring_sqe *sqe = ring_get_sqe(&rt->ring);
       if (e->io_write)
         io_uring_prep_write(sqe, g->fd, (const char *)r->data + g->buf_off, (unsigned)g->len, g->off);
       else
@@ -254,18 +169,20 @@ static void advance(struct ring_thread *rt, struct ring_ent *e)
       io_uring_sqe_set_data64(sqe, (uintptr_t)e | TAG_IO);
       rt->io_inflight++;
     }
-    count(&rt->ring_io);
+    ring_count(&rt->ring_io);
     return;
   }
+  if (r->pending && e->step == STEP_AIO)
+    return; /* started by fs_submit_aio: its completion comes as TAG_AIO */
   if (r->pending && e->step == STEP_WORKER) {
-    count(&rt->deferred);
+    ring_count(&rt->deferred);
     enqueue_worker(rt->u, e);
     return;
   }
   /* Every request through the ring needs its commit, answered or not. */
   if (!r->replied)
     fs_reply(r, ENOSYS, NULL, 0);
-  count(&rt->served);
+  ring_count(&rt->served);
   prep_cmd(rt, e, PLOOP_FUSE_IO_URING_CMD_COMMIT_AND_FETCH);
 }
 
@@ -285,7 +202,7 @@ static void handle(struct ring_thread *rt, struct ring_ent *e)
     fs_reply(&e->req, EINVAL, NULL, 0);
   else
     fs_dispatch(rt->u->s, &e->req);
-  advance(rt, e);
+  ring_advance(rt, e);
 }
 
 static void io_completed(struct ring_thread *rt, struct ring_ent *e, int res)
@@ -298,7 +215,7 @@ static void io_completed(struct ring_thread *rt, struct ring_ent *e, int res)
   e->req.pending = false;
   e->step = STEP_ANSWER;
   e->io_done(e->io_arg, &e->req, e->io_res);
-  advance(rt, e);
+  ring_advance(rt, e);
 }
 
 /* Ring and buffers, then REGISTER of every entry; 0 or a negative errno.
@@ -307,7 +224,8 @@ static void io_completed(struct ring_thread *rt, struct ring_ent *e, int res)
 static int setup(struct ring_thread *rt)
 {
   /* At most one operation per entry is in flight (a FUSE command or a
-   * backend I/O), plus one MSG_RING completion per entry from a worker. */
+   * backend I/O), plus one MSG_RING completion per entry from a worker,
+   * plus the aio queue's poll. */
   struct io_uring_params params = {.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE,
                                    .cq_entries = 4 * rt->nent};
   /* Completions run only when this thread waits for them, not by
@@ -339,6 +257,8 @@ static int setup(struct ring_thread *rt)
     e->iov[1] = (struct iovec){.iov_base = e->payload, .iov_len = FS_IO_MAX};
     prep_cmd(rt, e, PLOOP_FUSE_IO_URING_CMD_REGISTER);
   }
+  if (rt->u->aio_disk && (rc = ring_aio_setup(rt)) < 0)
+    return rc;
   rc = io_uring_submit(&rt->ring);
   if (rc < 0)
     return rc;
@@ -382,10 +302,12 @@ static void serve(struct ring_thread *rt)
       seen++;
       if (tag == TAG_IO) {
         io_completed(rt, e, res);
+      } else if (tag == TAG_AIO) {
+        ring_aio_reap(rt);
       } else if (tag == TAG_BACK) {
         e->req.pending = false; /* a worker answered it */
         e->step = STEP_ANSWER;
-        advance(rt, e);
+        ring_advance(rt, e);
       } else if (res == 0) {
         handle(rt, e);
       } else if (res == -EINTR || res == -EAGAIN) {
@@ -444,7 +366,7 @@ static void *worker_thread(void *arg)
     if (!r->replied)
       fs_reply(r, EIO, NULL, 0);
     /* Back to the thread that owns the entry's ring: it commits. */
-    struct io_uring_sqe *sqe = get_sqe(&w->ring);
+    struct io_uring_sqe *sqe = ring_get_sqe(&w->ring);
     io_uring_prep_msg_ring(sqe, e->rt->ring.ring_fd, 0, (uintptr_t)e | TAG_BACK, 0);
     io_uring_sqe_set_data64(sqe, 0);
     struct io_uring_cqe *cqe;
@@ -482,7 +404,7 @@ static bool start_worker(struct fs_uring *u, struct worker *w)
 }
 
 struct fs_uring *fs_uring_start(struct fs_session *s, unsigned depth, unsigned workers, bool pin,
-                                char *why, size_t why_len)
+                                struct ploop_disk *aio_disk, char *why, size_t why_len)
 {
   struct fs_uring *u = calloc(1, sizeof(*u));
   if (!u) {
@@ -491,6 +413,9 @@ struct fs_uring *fs_uring_start(struct fs_session *s, unsigned depth, unsigned w
   }
   u->s = s;
   u->pin = pin;
+  u->aio_disk = aio_disk;
+  pthread_mutex_init(&u->aio_lock, NULL);
+  pthread_cond_init(&u->aio_cond, NULL);
   u->nqueues = possible_cpus();
   bool *online = calloc(u->nqueues, sizeof(bool));
   unsigned *cpu_thread = calloc(u->nqueues, sizeof(unsigned));
@@ -626,6 +551,7 @@ bool fs_uring_free(struct fs_uring *u, bool detach)
     struct ring_thread *rt = &u->t[i];
     if (rt->ring_ok)
       io_uring_queue_exit(&rt->ring);
+    ring_aio_free(rt);
     if (rt->area)
       munmap(rt->area, rt->area_len);
     free(rt->ent);
@@ -639,6 +565,8 @@ bool fs_uring_free(struct fs_uring *u, bool detach)
   pthread_cond_destroy(&u->cond);
   pthread_mutex_destroy(&u->wlock);
   pthread_cond_destroy(&u->wcond);
+  pthread_mutex_destroy(&u->aio_lock);
+  pthread_cond_destroy(&u->aio_cond);
   free(u);
   return true;
 }
