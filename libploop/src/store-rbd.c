@@ -17,6 +17,7 @@
 #include "internal.h"
 #include "store.h"
 #include "store-rbd.h"
+#include "store-rbd-recv.h"
 
 /* librados and librbd are loaded on the first use of an rbd: disk: linked
  * in, their start-up (C++ initializers, dozens of libraries) cost every
@@ -174,8 +175,10 @@ struct rbd_obj {
   rados_ioctx_t io;
   rbd_image_t img;
   pthread_mutex_t grow; /* one resize at a time */
-  uint64_t size;        /* under grow; read atomically */
+  uint64_t size;        /* the delta's end; under grow; read atomically */
   bool locked;
+  uint64_t img_size;  /* the RBD image's size (>= size: grown ahead); under grow */
+  uint64_t grow_step; /* the next grow-ahead step; under grow */
 };
 
 /* Text naming the current holders of IMG's exclusive lock. */
@@ -221,6 +224,7 @@ static int obj_open(struct store_obj *o, const char *name, struct rbd_loc *l, ch
     r->locked = true;
   }
   rc = rbd_get_size(r->img, &r->size);
+  r->img_size = r->size;
   if (rc < 0) {
     rbd_fail("size", name, rc);
     rbd_close(r->img);
@@ -246,6 +250,9 @@ static int s_open(struct store_obj *o, const char *dir, const char *path, bool r
   return obj_open(o, path, &l, image, rdwr, true);
 }
 
+static void s_close(struct store_obj *o);
+static int s_remove(const char *dir, const char *path);
+
 static int s_create(struct store_obj *o, const char *dir, const char *path)
 {
   struct rbd_loc l;
@@ -267,7 +274,14 @@ static int s_create(struct store_obj *o, const char *dir, const char *path)
     return rbd_fail("create image", path, rc);
   /* Not locked: a delta being created is named by no descriptor yet, and
    * its creator opens it again (delta_open) to use it, taking the lock. */
-  return obj_open(o, path, &l, image, true, false);
+  if (obj_open(o, path, &l, image, true, false) < 0)
+    return -1;
+  if (rbd_recv_mark_new(o, ((struct rbd_obj *)o->priv)->img) < 0) { /* a receive's image, marked from the start */
+    s_close(o);
+    s_remove(dir, path);
+    return -1;
+  }
+  return 0;
 }
 
 static void s_close(struct store_obj *o)
@@ -275,8 +289,10 @@ static void s_close(struct store_obj *o)
   struct rbd_obj *r = o->priv;
   if (!r)
     return;
-  if (r->locked)
+  if (r->locked) {
+    store_rbd_trim(o);
     rbd_lock_release(r->img);
+  }
   rbd_close(r->img);
   rados_ioctx_destroy(r->io);
   pthread_mutex_destroy(&r->grow);
@@ -352,8 +368,59 @@ static int no_progress(uint64_t done, uint64_t total, void *arg)
   return 0;
 }
 
+/* ---- grow-ahead: a delta's appends resize its image in doubling steps
+ * (4 MiB up to 256 MiB), not a cluster at a time; the image is cut back to
+ * the delta's end when it is sealed or closed (grow_ahead_trim) and at the
+ * next read-write open after a kill (delta.c: the BAT says where data
+ * ends). Bytes between r->size and r->img_size are always zeros: the image
+ * only grows there, and a cut is exact. ---- */
+#define GROW_STEP_MIN (4ull << 20)
+#define GROW_STEP_MAX (256ull << 20)
+
+static int resize_exact_locked(struct rbd_obj *r, uint64_t bytes)
+{
+  if (bytes == r->img_size)
+    return 0;
+  int rc = rbd_resize2(r->img, bytes, true, no_progress, NULL);
+  if (rc == 0)
+    r->img_size = bytes;
+  return rc;
+}
+
+/* The image at least END bytes long. Only a handle holding the image's lock
+ * grows ahead: it is the one that cuts back on close (a creating handle may
+ * have handed the lock on). */
+static int grow_ahead_locked(struct rbd_obj *r, uint64_t end)
+{
+  if (end <= r->img_size)
+    return 0;
+  if (!r->locked)
+    return resize_exact_locked(r, end);
+  uint64_t step = r->grow_step ? r->grow_step : GROW_STEP_MIN;
+  uint64_t want = round_up(end > r->img_size + step ? end : r->img_size + step, 1ull << RBD_ORDER);
+  int rc = rbd_resize2(r->img, want, false, no_progress, NULL);
+  if (rc < 0) /* e.g. a quota: ask for what is needed only */
+    return resize_exact_locked(r, end);
+  r->img_size = want;
+  r->grow_step = step * 2 > GROW_STEP_MAX ? GROW_STEP_MAX : step * 2;
+  return 0;
+}
+
+/* The image cut back to the delta's end (seal, close). */
+int store_rbd_trim(struct store_obj *o)
+{
+  struct rbd_obj *r = o->ops == &store_rbd_ops ? o->priv : NULL;
+  if (!r || !r->locked)
+    return 0;
+  pthread_mutex_lock(&r->grow);
+  int rc = resize_exact_locked(r, r->size);
+  pthread_mutex_unlock(&r->grow);
+  return rc < 0 ? rbd_fail("cut to the delta's end", o->path, rc) : 0;
+}
+
 /* RBD images do not grow when written: a write past the end is cut short
- * or refused. Grow first (only ever up: a resize is one metadata update). */
+ * or refused. Grow first (only ever up: a resize is one metadata update;
+ * grow_ahead_locked takes steps ahead of the delta's end). */
 static int grow_to(struct store_obj *o, uint64_t end)
 {
   struct rbd_obj *r = o->priv;
@@ -362,7 +429,7 @@ static int grow_to(struct store_obj *o, uint64_t end)
   pthread_mutex_lock(&r->grow);
   int rc = 0;
   if (end > r->size) {
-    rc = rbd_resize2(r->img, end, false, no_progress, NULL);
+    rc = grow_ahead_locked(r, end);
     if (rc == 0)
       __atomic_store_n(&r->size, end, __ATOMIC_RELEASE);
   }
@@ -462,7 +529,12 @@ static int s_truncate(struct store_obj *o, uint64_t bytes)
 {
   struct rbd_obj *r = o->priv;
   pthread_mutex_lock(&r->grow);
-  int rc = rbd_resize2(r->img, bytes, true, no_progress, NULL);
+  int rc = 0;
+  /* Up: the image may be grown ahead already; down: cut exactly. */
+  if (bytes > r->img_size)
+    rc = grow_ahead_locked(r, bytes);
+  else if (bytes < r->size || !r->locked)
+    rc = resize_exact_locked(r, bytes);
   if (rc == 0)
     __atomic_store_n(&r->size, bytes, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&r->grow);
@@ -574,9 +646,12 @@ static struct rbd_lock locks[16];
 static pthread_mutex_t locks_lock = PTHREAD_MUTEX_INITIALIZER;
 #define LOCK_COOKIE_LEN 64
 
+/* "ploop-PID@HOST": a later receive can tell a dead local holder (store-rbd-recv.c). */
 static void lock_cookie(char *out, size_t len)
 {
-  snprintf(out, len, "ploop-%d", (int)getpid());
+  char host[48] = "";
+  gethostname(host, sizeof host - 1);
+  snprintf(out, len, "ploop-%d@%s", (int)getpid(), host);
 }
 
 /* "client.4123 (pid 77 on host)" for messages */
