@@ -56,7 +56,6 @@ static int lib_ready(void)
                        lib_error);
   return 0;
 }
-#define RBD_ORDER 20 /* 1 MiB objects: one default ploop cluster per object */
 
 /* The process's connections, one per configuration file, kept until exit:
  * a connection is a Ceph client instance (its address is what a lock break
@@ -171,15 +170,6 @@ int rbd_image_of(const char *dir, const char *path, struct rbd_loc *l, char *ima
   return 0;
 }
 
-struct rbd_obj {
-  rados_ioctx_t io;
-  rbd_image_t img;
-  pthread_mutex_t grow; /* one resize at a time */
-  uint64_t size;        /* the delta's end; under grow; read atomically */
-  bool locked;
-  uint64_t img_size;  /* the RBD image's size (>= size: grown ahead); under grow */
-  uint64_t grow_step; /* the next grow-ahead step; under grow */
-};
 
 /* Text naming the current holders of IMG's exclusive lock. */
 static void lock_owners(rbd_image_t img, char *out, size_t len)
@@ -360,63 +350,6 @@ static int s_pread(struct store_obj *o, void *buf, size_t len, uint64_t off)
   return 0;
 }
 
-/* librbd calls a resize's progress function without checking it for NULL
- * when a shrink removes objects (a NULL one crashed the process). */
-static int no_progress(uint64_t done, uint64_t total, void *arg)
-{
-  (void)done, (void)total, (void)arg;
-  return 0;
-}
-
-/* ---- grow-ahead: a delta's appends resize its image in doubling steps
- * (4 MiB up to 256 MiB), not a cluster at a time; the image is cut back to
- * the delta's end when it is sealed or closed (grow_ahead_trim) and at the
- * next read-write open after a kill (delta.c: the BAT says where data
- * ends). Bytes between r->size and r->img_size are always zeros: the image
- * only grows there, and a cut is exact. ---- */
-#define GROW_STEP_MIN (4ull << 20)
-#define GROW_STEP_MAX (256ull << 20)
-
-static int resize_exact_locked(struct rbd_obj *r, uint64_t bytes)
-{
-  if (bytes == r->img_size)
-    return 0;
-  int rc = rbd_resize2(r->img, bytes, true, no_progress, NULL);
-  if (rc == 0)
-    r->img_size = bytes;
-  return rc;
-}
-
-/* The image at least END bytes long. Only a handle holding the image's lock
- * grows ahead: it is the one that cuts back on close (a creating handle may
- * have handed the lock on). */
-static int grow_ahead_locked(struct rbd_obj *r, uint64_t end)
-{
-  if (end <= r->img_size)
-    return 0;
-  if (!r->locked)
-    return resize_exact_locked(r, end);
-  uint64_t step = r->grow_step ? r->grow_step : GROW_STEP_MIN;
-  uint64_t want = round_up(end > r->img_size + step ? end : r->img_size + step, 1ull << RBD_ORDER);
-  int rc = rbd_resize2(r->img, want, false, no_progress, NULL);
-  if (rc < 0) /* e.g. a quota: ask for what is needed only */
-    return resize_exact_locked(r, end);
-  r->img_size = want;
-  r->grow_step = step * 2 > GROW_STEP_MAX ? GROW_STEP_MAX : step * 2;
-  return 0;
-}
-
-/* The image cut back to the delta's end (seal, close). */
-int store_rbd_trim(struct store_obj *o)
-{
-  struct rbd_obj *r = o->ops == &store_rbd_ops ? o->priv : NULL;
-  if (!r || !r->locked)
-    return 0;
-  pthread_mutex_lock(&r->grow);
-  int rc = resize_exact_locked(r, r->size);
-  pthread_mutex_unlock(&r->grow);
-  return rc < 0 ? rbd_fail("cut to the delta's end", o->path, rc) : 0;
-}
 
 /* RBD images do not grow when written: a write past the end is cut short
  * or refused. Grow first (only ever up: a resize is one metadata update;
@@ -429,7 +362,7 @@ static int grow_to(struct store_obj *o, uint64_t end)
   pthread_mutex_lock(&r->grow);
   int rc = 0;
   if (end > r->size) {
-    rc = grow_ahead_locked(r, end);
+    rc = rbd_grow_ahead_locked(r, end);
     if (rc == 0)
       __atomic_store_n(&r->size, end, __ATOMIC_RELEASE);
   }
@@ -532,9 +465,9 @@ static int s_truncate(struct store_obj *o, uint64_t bytes)
   int rc = 0;
   /* Up: the image may be grown ahead already; down: cut exactly. */
   if (bytes > r->img_size)
-    rc = grow_ahead_locked(r, bytes);
+    rc = rbd_grow_ahead_locked(r, bytes);
   else if (bytes < r->size || !r->locked)
-    rc = resize_exact_locked(r, bytes);
+    rc = rbd_resize_exact_locked(r, bytes);
   if (rc == 0)
     __atomic_store_n(&r->size, bytes, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&r->grow);
