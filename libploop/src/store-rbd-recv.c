@@ -152,7 +152,7 @@ int rbd_recv_remove_marked(const char *dir, const char *path)
 /* "ploop-PID@HOST" of a process on this host that is gone. */
 static bool holder_dead(const char *cookie)
 {
-  char host[256] = "";
+  char host[48] = ""; /* as store-rbd.c's lock_cookie writes it */
   int pid = 0, end = 0;
   if (sscanf(cookie, "ploop-%d@%n", &pid, &end) < 1 || !end || pid <= 0)
     return false;
