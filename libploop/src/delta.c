@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "store-rbd-recv.h"
 
 void ploop_chs(uint64_t size_sectors, uint32_t *cylinders, uint32_t *heads, uint32_t *sectors)
 {
@@ -283,6 +284,11 @@ static int validate_bat(struct ploop_delta *d, uint64_t file_size)
       max_used = c + 1;
   }
   free(seen);
+  /* A store that grows ahead of the delta (RBD) holds zeros past the data
+   * after a kill: a writer cuts them off where the BAT says data ends. */
+  uint64_t end = (first > max_used ? first : max_used) * cb;
+  if (rc == 0 && d->rdwr && !store_is_file(d->so.ops) && file_size > end && store_truncate(&d->so, end) == 0)
+    file_size = end;
   uint64_t head = file_size / cb; /* a partial tail is a failed extension: reuse it */
   if (head < first)
     head = first;
@@ -426,6 +432,8 @@ int delta_seal_begin(struct ploop_delta *d)
 {
   if (d->raw)
     return 0;
+  if (store_rbd_trim(&d->so) < 0) /* sealed at its real end (grown ahead while written) */
+    return -1;
   d->h.in_use = PLOOP_CLEAN_V20;
   d->h.ext_offset = 0;
   /* As a clean close: OpenVZ's check wants the flag on a delta with no

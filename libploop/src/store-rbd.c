@@ -17,6 +17,7 @@
 #include "internal.h"
 #include "store.h"
 #include "store-rbd.h"
+#include "store-rbd-recv.h"
 
 /* librados and librbd are loaded on the first use of an rbd: disk: linked
  * in, their start-up (C++ initializers, dozens of libraries) cost every
@@ -55,7 +56,6 @@ static int lib_ready(void)
                        lib_error);
   return 0;
 }
-#define RBD_ORDER 20 /* 1 MiB objects: one default ploop cluster per object */
 
 /* The process's connections, one per configuration file, kept until exit:
  * a connection is a Ceph client instance (its address is what a lock break
@@ -170,13 +170,6 @@ int rbd_image_of(const char *dir, const char *path, struct rbd_loc *l, char *ima
   return 0;
 }
 
-struct rbd_obj {
-  rados_ioctx_t io;
-  rbd_image_t img;
-  pthread_mutex_t grow; /* one resize at a time */
-  uint64_t size;        /* under grow; read atomically */
-  bool locked;
-};
 
 /* Text naming the current holders of IMG's exclusive lock. */
 static void lock_owners(rbd_image_t img, char *out, size_t len)
@@ -221,6 +214,7 @@ static int obj_open(struct store_obj *o, const char *name, struct rbd_loc *l, ch
     r->locked = true;
   }
   rc = rbd_get_size(r->img, &r->size);
+  r->img_size = r->size;
   if (rc < 0) {
     rbd_fail("size", name, rc);
     rbd_close(r->img);
@@ -246,6 +240,9 @@ static int s_open(struct store_obj *o, const char *dir, const char *path, bool r
   return obj_open(o, path, &l, image, rdwr, true);
 }
 
+static void s_close(struct store_obj *o);
+static int s_remove(const char *dir, const char *path);
+
 static int s_create(struct store_obj *o, const char *dir, const char *path)
 {
   struct rbd_loc l;
@@ -267,7 +264,14 @@ static int s_create(struct store_obj *o, const char *dir, const char *path)
     return rbd_fail("create image", path, rc);
   /* Not locked: a delta being created is named by no descriptor yet, and
    * its creator opens it again (delta_open) to use it, taking the lock. */
-  return obj_open(o, path, &l, image, true, false);
+  if (obj_open(o, path, &l, image, true, false) < 0)
+    return -1;
+  if (rbd_recv_mark_new(o, ((struct rbd_obj *)o->priv)->img) < 0) { /* a receive's image, marked from the start */
+    s_close(o);
+    s_remove(dir, path);
+    return -1;
+  }
+  return 0;
 }
 
 static void s_close(struct store_obj *o)
@@ -275,8 +279,10 @@ static void s_close(struct store_obj *o)
   struct rbd_obj *r = o->priv;
   if (!r)
     return;
-  if (r->locked)
+  if (r->locked) {
+    store_rbd_trim(o);
     rbd_lock_release(r->img);
+  }
   rbd_close(r->img);
   rados_ioctx_destroy(r->io);
   pthread_mutex_destroy(&r->grow);
@@ -344,16 +350,10 @@ static int s_pread(struct store_obj *o, void *buf, size_t len, uint64_t off)
   return 0;
 }
 
-/* librbd calls a resize's progress function without checking it for NULL
- * when a shrink removes objects (a NULL one crashed the process). */
-static int no_progress(uint64_t done, uint64_t total, void *arg)
-{
-  (void)done, (void)total, (void)arg;
-  return 0;
-}
 
 /* RBD images do not grow when written: a write past the end is cut short
- * or refused. Grow first (only ever up: a resize is one metadata update). */
+ * or refused. Grow first (only ever up: a resize is one metadata update;
+ * grow_ahead_locked takes steps ahead of the delta's end). */
 static int grow_to(struct store_obj *o, uint64_t end)
 {
   struct rbd_obj *r = o->priv;
@@ -362,7 +362,7 @@ static int grow_to(struct store_obj *o, uint64_t end)
   pthread_mutex_lock(&r->grow);
   int rc = 0;
   if (end > r->size) {
-    rc = rbd_resize2(r->img, end, false, no_progress, NULL);
+    rc = rbd_grow_ahead_locked(r, end);
     if (rc == 0)
       __atomic_store_n(&r->size, end, __ATOMIC_RELEASE);
   }
@@ -462,7 +462,12 @@ static int s_truncate(struct store_obj *o, uint64_t bytes)
 {
   struct rbd_obj *r = o->priv;
   pthread_mutex_lock(&r->grow);
-  int rc = rbd_resize2(r->img, bytes, true, no_progress, NULL);
+  int rc = 0;
+  /* Up: the image may be grown ahead already; down: cut exactly. */
+  if (bytes > r->img_size)
+    rc = rbd_grow_ahead_locked(r, bytes);
+  else if (bytes < r->size || !r->locked)
+    rc = rbd_resize_exact_locked(r, bytes);
   if (rc == 0)
     __atomic_store_n(&r->size, bytes, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&r->grow);
@@ -574,9 +579,12 @@ static struct rbd_lock locks[16];
 static pthread_mutex_t locks_lock = PTHREAD_MUTEX_INITIALIZER;
 #define LOCK_COOKIE_LEN 64
 
+/* "ploop-PID@HOST": a later receive can tell a dead local holder (store-rbd-recv.c). */
 static void lock_cookie(char *out, size_t len)
 {
-  snprintf(out, len, "ploop-%d", (int)getpid());
+  char host[48] = "";
+  gethostname(host, sizeof host - 1);
+  snprintf(out, len, "ploop-%d@%s", (int)getpid(), host);
 }
 
 /* "client.4123 (pid 77 on host)" for messages */

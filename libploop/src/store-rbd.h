@@ -5,8 +5,11 @@
 #ifndef PLOOP_STORE_RBD_H
 #define PLOOP_STORE_RBD_H
 
+#include <pthread.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock) X(rados_set_pool_full_try) X(rados_remove)
 #define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes) X(rbd_aio_create_completion) X(rbd_aio_read) X(rbd_aio_write) X(rbd_aio_get_return_value) X(rbd_aio_release)
@@ -77,5 +80,26 @@ int rbd_fail(const char *what, const char *name, int rc);
 int rbd_image_of(const char *dir, const char *path, struct rbd_loc *l, char *image, size_t len);
 /* The descriptor object of disk DIR: an I/O context and its object id. */
 int rbd_desc_open(const char *dir, rados_ioctx_t *io, char *oid, size_t len);
+
+#define RBD_ORDER 20 /* 1 MiB objects: one default ploop cluster per object */
+
+/* An open delta's image (store_obj.priv). */
+struct rbd_obj {
+  rados_ioctx_t io;
+  rbd_image_t img;
+  pthread_mutex_t grow; /* one resize at a time */
+  uint64_t size;        /* the delta's end; under grow; read atomically */
+  bool locked;
+  uint64_t img_size;  /* the RBD image's size (>= size: grown ahead); under grow */
+  uint64_t grow_step; /* the next grow-ahead step; under grow */
+};
+
+/* librbd calls a resize's progress function without checking it for NULL
+ * when a shrink removes objects (a NULL one crashed the process). */
+int rbd_no_progress(uint64_t done, uint64_t total, void *arg);
+/* store-rbd-grow.c, under R->grow: the image at least END bytes (ahead of
+ * it when R holds the lock); exactly BYTES. Both return 0 or -errno. */
+int rbd_grow_ahead_locked(struct rbd_obj *r, uint64_t end);
+int rbd_resize_exact_locked(struct rbd_obj *r, uint64_t bytes);
 
 #endif

@@ -19,57 +19,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "internal.h"
-#include "io.h"
-#include "stream.h"
-
-#define RECV_INFLIGHT_BYTES (64u << 20)
-#define RECV_MAX_DEPTH 128u /* within the delta's table of in-flight allocations */
-
-struct layer {
-  char guid[PLOOP_UUID_LEN + 1], parent[PLOOP_UUID_LEN + 1];
-  char file[NAME_MAX + 1];
-  char path[PATH_MAX];
-  struct ploop_delta *d;
-};
-
-struct wslot {
-  uint64_t vc, off;
-  bool busy, fresh;
-};
-
-struct receiver {
-  int dev; /* ploop_receive_device: the target, or -1 */
-  uint64_t dev_bytes;
-  char dir[PATH_MAX];
-  bool full, made_lock;
-  bool staging; /* full: R->dir is a hidden directory renamed to final_dir at the end */
-  char final_dir[PATH_MAX];
-  int lock;
-  struct stream_fd in;
-  struct stream_header h;
-  uint64_t cb, clusters;
-  struct ploop_descriptor *desc;                     /* incremental: the disk's, loaded under the lock */
-  char old_top[PATH_MAX];                            /* incremental: the empty top replaced at the end */
-  char base_file[NAME_MAX + 1 - PLOOP_UUID_LEN - 1]; /* new deltas: "<base_file>.{uuid}" */
-  struct layer layers[PLOOP_MAX_DELTAS];
-  unsigned n_layers;
-  char top_path[PATH_MAX];
-  bool made_top;
-  uint8_t *seen; /* clusters of the current layer already in the stream */
-  /* The writer: DEPTH cluster buffers, each with at most one write in flight. */
-  struct ploop_aio aio;
-  unsigned depth;
-  uint8_t *buf, *zero, *zin;
-  size_t zin_cap;
-  struct wslot *slot;
-  uint64_t reserved; /* the current layer's file size, extended ahead of writes */
-  XXH3_state_t *round;
-  uint64_t round_frames, frames, data_frames, data_bytes;
-  bool round_closed; /* the current layer ended with its round frame */
-  ploop_progress_fn progress;
-  void *opaque;
-};
+#include "store-rbd-recv.h"
+#include "stream-receive.h"
 
 static struct ploop_delta *cur_delta(struct receiver *r)
 {
@@ -240,8 +191,8 @@ static int open_layer(struct receiver *r, const char *guid, const char *parent, 
     return -1;
   struct store_obj so = {.fd = -1};
   l->d = new_delta(r, l->path, true, &so);
-  if (!l->d && access(l->path, F_OK) == 0)
-    unlink(l->path);
+  if (!l->d)
+    recv_remove_new(r, l->path);
   if (!l->d)
     return -1;
   r->n_layers++;
@@ -405,144 +356,6 @@ static int read_frames(struct receiver *r)
   }
 }
 
-static int dir_is_empty(const char *dir)
-{
-  DIR *d = opendir(dir);
-  if (!d)
-    return ploop_error_os(dir, "open directory");
-  struct dirent *e;
-  int empty = 1;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-      empty = 0;
-  closedir(d);
-  return empty;
-}
-
-/* A full receive builds the disk in a hidden directory beside DIR
- * (".NAME.receive-XXXXXX") and renames it to DIR at the end (rename(2)
- * replaces an empty directory), so even a receive killed half-way leaves
- * DIR as it was. Where DIR is an empty mount point (another file system)
- * the disk is built in DIR itself. */
-static int prepare_full(struct receiver *r, const char *dir)
-{
-  struct stat sb, pb;
-  bool exists = stat(dir, &sb) == 0;
-  if (exists) {
-    if (!S_ISDIR(sb.st_mode))
-      return ploop_error(PLOOP_ERR_PARAM, ENOTDIR, "%s: not a directory", dir);
-    int e = dir_is_empty(dir);
-    if (e <= 0)
-      return e < 0 ? -1
-                   : ploop_error(
-                         PLOOP_ERR_PARAM, ENOTEMPTY,
-                         "%s: not empty; a full stream makes a new disk (an incremental one needs --since)",
-                         dir);
-  } else if (errno != ENOENT) {
-    return ploop_error_os(dir, "stat");
-  }
-  char *c1 = ploop_strdup(dir), *c2 = ploop_strdup(dir);
-  if (!c1 || !c2) {
-    free(c1);
-    free(c2);
-    return -1;
-  }
-  char parent[PATH_MAX], name[NAME_MAX + 1];
-  bool ok = realpath(dirname(c1), parent) != NULL;
-  snprintf(name, sizeof name, "%s", basename(c2));
-  free(c1);
-  free(c2);
-  if (!ok)
-    return ploop_error_os(dir, "resolve the parent directory");
-  if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, "/"))
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: name the new disk's directory", dir);
-  if ((size_t)snprintf(r->final_dir, sizeof r->final_dir, "%s/%s", parent, name) >= sizeof r->final_dir)
-    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: path too long", dir);
-  if (!exists || (stat(parent, &pb) == 0 && pb.st_dev == sb.st_dev)) {
-    if ((size_t)snprintf(r->dir, sizeof r->dir, "%s/.%.200s.receive-XXXXXX", parent, name) >= sizeof r->dir)
-      return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: path too long", dir);
-    if (!mkdtemp(r->dir))
-      return ploop_error_os(r->dir, "create directory");
-    chmod(r->dir, 0755);
-    r->staging = true;
-  } else {
-    snprintf(r->dir, sizeof r->dir, "%s", r->final_dir);
-  }
-  r->lock = ploop_lock_disk(r->dir, PLOOP_LOCK_WRITER);
-  if (r->lock < 0)
-    return -1;
-  r->made_lock = true;
-  snprintf(r->base_file, sizeof r->base_file, "%s", PLOOP_DEFAULT_IMAGE_NAME);
-  return 0;
-}
-
-/* The staged disk becomes DIR. */
-static int publish(struct receiver *r)
-{
-  if (!r->staging)
-    return 0;
-  if (rename(r->dir, r->final_dir) < 0)
-    return ploop_error(
-        errno == ENOTEMPTY || errno == EEXIST ? PLOOP_ERR_BUSY : PLOOP_ERR_IO, errno, "%s: %s", r->final_dir,
-        errno == ENOTEMPTY || errno == EEXIST ? "filled by someone else meanwhile" : strerror(errno));
-  r->staging = false;
-  snprintf(r->dir, sizeof r->dir, "%s", r->final_dir);
-  return ploop_fsync_parent(r->final_dir);
-}
-
-static int prepare_incremental(struct receiver *r, const char *dir)
-{
-  char xml[PATH_MAX];
-  struct stat sb;
-  snprintf(xml, sizeof xml, "%s/%s", dir, PLOOP_DESCRIPTOR_NAME);
-  if (stat(dir, &sb) < 0 || (S_ISDIR(sb.st_mode) && access(xml, F_OK) < 0))
-    return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT,
-                       "%s: no disk here; an incremental stream applies to a copy that holds snapshot %s",
-                       dir, r->h.base_guid);
-  r->desc = descriptor_load_locked(dir, &r->lock, PLOOP_LOCK_WRITER);
-  if (!r->desc)
-    return -1;
-  struct ploop_descriptor *d = r->desc;
-  snprintf(r->dir, sizeof r->dir, "%s", d->dir);
-  const char *base = r->h.base_guid;
-  if (ploop_descriptor_find_image(d, r->h.guid))
-    return ploop_error(PLOOP_ERR_PARAM, EEXIST, "%s: already holds snapshot %s", d->dir, r->h.guid);
-  struct ploop_snapshot_desc *top = descriptor_find_shot(d, PLOOP_TOP_GUID);
-  const struct ploop_image_desc *tim = ploop_descriptor_find_image(d, PLOOP_TOP_GUID);
-  if (!ploop_descriptor_find_image(d, base))
-    return ploop_error(PLOOP_ERR_NOTFOUND, ENOENT, "%s: has no snapshot %s, the stream's base", d->dir, base);
-  if (!top || !tim || strcmp(top->parent, base))
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL,
-                       "%s: snapshot %s is not the newest, cannot apply an incremental stream", d->dir, base);
-  if ((uint64_t)d->cluster_sectors * 512 != r->h.cluster_bytes)
-    return ploop_error(PLOOP_ERR_PARAM, EINVAL, "%s: cluster size %u bytes differs from the stream's %u",
-                       d->dir, d->cluster_sectors * 512, r->h.cluster_bytes);
-  /* The top must be empty: anything written since the snapshot would be
-   * lost, or mixed with the stream's clusters. */
-  struct ploop_delta *t = delta_open_image(d, tim, PLOOP_OPEN_RDONLY);
-  if (!t)
-    return -1;
-  uint64_t held = delta_count_allocated(t);
-  delta_close(t, false);
-  if (held)
-    return ploop_error(PLOOP_ERR_PARAM, EBUSY,
-                       "%s: changed since snapshot %s, cannot apply an incremental stream", d->dir, base);
-  char *p = ploop_descriptor_image_path(d, tim);
-  if (!p)
-    return -1;
-  snprintf(r->old_top, sizeof r->old_top, "%s", p);
-  free(p);
-  size_t idx[PLOOP_MAX_DELTAS];
-  if (ploop_descriptor_chain(d, NULL, idx, PLOOP_MAX_DELTAS) < 0)
-    return -1;
-  const char *bf = d->images[idx[0]].file;
-  if (strlen(bf) >= sizeof r->base_file)
-    return ploop_error(PLOOP_ERR_PARAM, ENAMETOOLONG, "%s: base image name %s too long for new deltas",
-                       d->dir, bf);
-  memcpy(r->base_file, bf, strlen(bf) + 1);
-  return 0;
-}
-
 /* The received layers become snapshots, a new empty top above them: one
  * descriptor rewrite, after every new file is durable. */
 static int commit(struct receiver *r)
@@ -583,47 +396,16 @@ static int commit(struct receiver *r)
     goto out;
   }
   ploop_fault_point("receive-synced");
-  if (descriptor_commit_tmp(d, tfd, true) < 0 || publish(r) < 0)
+  if (descriptor_commit_tmp(d, tfd, true) < 0 || recv_publish(r) < 0)
     goto out;
   rc = 0;
   /* The replaced top was empty; it is no longer named by the descriptor. */
-  if (r->old_top[0] && unlink(r->old_top) < 0)
+  if (r->old_top[0] && store_remove(r->dir, r->old_top) < 0)
     ploop_error_os(r->old_top, "remove");
 out:
   store_close(&dso);
   ploop_descriptor_free(fresh);
   return rc;
-}
-
-/* Nothing of a failed receive stays: the new files go, and the staging
- * directory of a full receive. The disk's descriptor was never changed. */
-static void undo(struct receiver *r)
-{
-  if (r->dev >= 0)
-    return; /* the device keeps what was written: its caller discards it */
-  for (unsigned i = 0; i < r->n_layers; i++) {
-    if (r->layers[i].d)
-      r->layers[i].d->rdwr = false; /* going away: nothing to flush into it */
-    delta_close(r->layers[i].d, false);
-    r->layers[i].d = NULL;
-    unlink(r->layers[i].path);
-  }
-  if (r->made_top)
-    unlink(r->top_path);
-  if (r->full && r->made_lock) {
-    static const char *const ours[] = {PLOOP_DESCRIPTOR_NAME ".lck", PLOOP_DESCRIPTOR_NAME ".tmp",
-                                       PLOOP_DESCRIPTOR_NAME};
-    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++) {
-      /* The descriptor itself only in the staging directory: in DIR it would be someone else's. */
-      if (i == 2 && !r->staging)
-        break;
-      char p[PATH_MAX + 64];
-      snprintf(p, sizeof p, "%s/%s", r->dir, ours[i]);
-      unlink(p);
-    }
-  }
-  if (r->staging)
-    rmdir(r->dir);
 }
 
 static double now(void)
@@ -682,8 +464,8 @@ static int receive(struct receiver *r, const char *dir, const char *base, const 
   r->clusters = div_round_up(r->h.virtual_bytes, r->cb);
   r->full = !(r->h.flags & PLOOP_STREAM_INCREMENTAL);
   if ((r->dev >= 0 ? prepare_device(r, base)
-       : r->full   ? prepare_full(r, dir)
-                   : prepare_incremental(r, dir)) < 0)
+       : r->full   ? recv_prepare_full(r, dir)
+                   : recv_prepare_incremental(r, dir)) < 0)
     goto out;
   uint64_t n = RECV_INFLIGHT_BYTES / r->cb;
   /* No more buffers than the stream has data clusters (its header says how
@@ -720,10 +502,11 @@ out:
     drain(r);
   aio_destroy(&r->aio);
   if (rc < 0) {
-    undo(r);
+    recv_undo(r);
   } else {
     for (unsigned i = 0; i < r->n_layers; i++)
       delta_close(r->layers[i].d, false);
+    recv_adopt(r);
   }
   if (st) {
     st->bytes = r->in.bytes;
@@ -733,6 +516,8 @@ out:
     snprintf(st->guid, sizeof st->guid, "%s", r->h.guid);
   }
   ploop_unlock_disk(r->lock);
+  if (rc < 0 && r->store && r->full && r->made_lock)
+    rbd_recv_forget_lock(r->dir);
   ploop_descriptor_free(r->desc);
   XXH3_freeState(r->round);
   free(r->buf);
