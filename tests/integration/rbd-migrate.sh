@@ -60,7 +60,9 @@ assert o["rounds"] == [], o["rounds"]          # no disk stream at all
 assert o["bytes_sent"] < 64 << 10, o            # only the protocol's messages
 assert 0 < o["downtime_ms"] < o["total_ms"], o
 assert o["criu"] is False and o["criu_bytes"] == 0, o
-print("downtime %.1f ms, %d bytes on the wire, phases %s" % (o["downtime_ms"], o["bytes_sent"], o["phases_ms"]))
+assert 0 < o["acquire_ms"] < o["downtime_ms"], o
+print("downtime %.1f ms (acquire %.1f ms, opened ahead: %s), %d bytes on the wire, phases %s" % (
+    o["downtime_ms"], o["acquire_ms"], o["acquire_ahead"], o["bytes_sent"], o["phases_ms"]))
 PY
 sleep 0.3
 kill "$_tail_pid"
@@ -124,10 +126,31 @@ fi
 
 # A destination killed after READY, before COMMIT: the source takes its
 # disk back (fencing the destination's daemon) and runs on with its data.
+# Until COMMIT the destination must not mount the disk (a mount writes the
+# superblock and journal under a source that may roll back): at READY it
+# is not mounted there, and the disk's bytes past the header page (where
+# ACQUIRE sets the in-use mark) are those the source released.
 rbd_writer f "rbd:rbd/mig2?conf=$CONF"
 start_receiver
+cat >"$TMP/hook.sh" <<EOF
+img_hash() { timeout 60 rbd export --no-progress rbd/mig2.root.hds - 2>/dev/null | tail -c +4097 | md5sum; }
+case \$PLOOP_MIGRATE_PHASE in
+handover) img_hash >"$TMP/hash.released" ;;
+ready)
+  ! grep -q " $DST/f/rootfs " /proc/mounts || touch "$TMP/mounted.early"
+  img_hash >"$TMP/hash.ready"
+  kill -9 $RECV_PID ;;
+esac
+EOF
+rm -f "$TMP/mounted.early" "$TMP/hash.released" "$TMP/hash.ready"
 rc=0
-PLOOP_MIGRATE_HOOK_PHASE=ready PLOOP_MIGRATE_HOOK="kill -9 $RECV_PID" migrate f --no-criu >"$TMP/out" 2>"$TMP/err" || rc=$?
+PLOOP_MIGRATE_HOOK_PHASE=handover,ready PLOOP_MIGRATE_HOOK="bash $TMP/hook.sh" migrate f --no-criu \
+  >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ ! -e $TMP/mounted.early ]] || fail "the destination mounted the shared disk before COMMIT"
+[[ -s $TMP/hash.released && -s $TMP/hash.ready ]] || fail "the hook did not hash the disk"
+cmp -s "$TMP/hash.released" "$TMP/hash.ready" || fail "the destination wrote the shared disk before COMMIT"
+! grep -q '^d41d8cd98f00b204e9800998ecf8427e' "$TMP/hash.ready" || fail "the hook read an empty disk"
+
 ((rc != 0)) || fail "migrate succeeded though the destination was killed: $(cat "$TMP/out")"
 ((rc != 6)) || fail "in doubt, though COMMIT was never sent: $(cat "$TMP/err")"
 echo "killed destination: source said: $(cat "$TMP/err")"

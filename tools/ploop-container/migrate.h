@@ -52,6 +52,8 @@ struct mig_result {
   const char *stop_reason;  /* why the live rounds ended */
   bool shared;              /* the disk is in shared storage: its lock moved, no bytes */
   double dest_pre_attach_ms; /* the destination's attach before the freeze (0: not done) */
+  double acquire_ms;        /* shared disk: the destination's ACQUIRE (its daemon's lock and open) */
+  bool acquire_ahead;       /* which found the disk's top opened ahead */
   struct mig_phases ph;
 };
 

@@ -63,6 +63,8 @@ static void print_result(const struct mig_opts *o, const struct mig_result *r, b
            r->bytes_sent, r->downtime_ms, r->total_ms, r->criu ? "true" : "false",
            r->online ? "true" : "false", r->stop_reason ? r->stop_reason : "", r->criu_bytes,
            r->dest_pre_attach_ms, r->shared ? "true" : "false");
+    if (r->shared)
+      printf("\"acquire_ms\":%.1f,\"acquire_ahead\":%s,", r->acquire_ms, r->acquire_ahead ? "true" : "false");
     if (r->criu_why) {
       printf("\"criu_why\":\"");
       for (const char *c = r->criu_why; *c; c++)
