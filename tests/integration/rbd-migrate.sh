@@ -208,6 +208,7 @@ elif grep -q committed "$TMP/resolve"; then
   # killed between its commit record and the start, the receiver left the
   # disk mounted for a start that never came
   timeout 60 "$PLOOP_CONTAINER" --root "$DST" umount g >/dev/null 2>&1 || true
+  "$PLOOP" list | grep -q 'rbd/mig4' && fail "g's disk is still attached at the destination: $("$PLOOP" list)"
   timeout 60 "$PLOOP" export -o "$TMP/g.raw" "rbd:rbd/mig4" >/dev/null || fail "export of g's disk"
   debugfs -R 'cat /log' "$TMP/g.raw" 2>/dev/null >"$TMP/g.log"
   n=$(check_log "$TMP/g.log") || fail "g's log broken"
@@ -217,4 +218,17 @@ elif grep -q committed "$TMP/resolve"; then
 else
   fail "resolve: $(cat "$TMP/resolve") / $(cat "$TMP/recv.err")"
 fi
+
+# `umount NAME` detaches a disk attached but mounted nowhere (what a
+# destination killed between COMMIT and the start leaves); `ploop umount`
+# finds a disk attached with ?conf= by its bare name too.
+src create u --size 64M --disk "rbd:rbd/mig5?conf=$CONF" >/dev/null || fail "create u"
+timeout 60 "$PLOOP" mount "rbd:rbd/mig5?conf=$CONF" >/dev/null || fail "attach u's disk"
+timeout 60 "$PLOOP_CONTAINER" --root "$SRC" umount u || fail "umount of an attached, unmounted disk"
+"$PLOOP" list | grep -q 'rbd/mig5' && fail "umount left u's disk attached: $("$PLOOP" list)"
+timeout 60 "$PLOOP" mount "rbd:rbd/mig5?conf=$CONF" >/dev/null || fail "attach u's disk again"
+timeout 60 "$PLOOP" umount "rbd:rbd/mig5" || fail "ploop umount by the bare rbd name"
+"$PLOOP" list | grep -q 'rbd/mig5' && fail "ploop umount left the disk attached: $("$PLOOP" list)"
+src destroy u
+echo "umount of an attached, unmounted disk: ok"
 echo PASS

@@ -320,6 +320,18 @@ int disk_umount(const char *dir, const char *mnt)
   return 0;
 }
 
+int disk_detach_unmounted(const char *dir)
+{
+  char rbd[1024];
+  dir = disk_rbd_where(dir, rbd, sizeof rbd);
+  struct ploop_attach_info ai;
+  if (!is_ploop(dir) || ploop_attach_find(dir, &ai) < 0 || ai.mount_point[0])
+    return 0;
+  if (ploop_attach_umount(dir) < 0)
+    return ploop_failed("detach ploop disk");
+  return 1;
+}
+
 int disk_snapshot(const char *dir, const char *mnt, char *id, size_t idlen)
 {
   char rbd[1024];
