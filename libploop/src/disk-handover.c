@@ -44,9 +44,11 @@ int ploop_disk_release(struct ploop_disk *disk)
 
 void disk_preopen_top(struct ploop_disk *disk)
 {
+  /* PLOOP_PREOPEN=0: no open ahead (ACQUIRE opens in full, as before) */
+  const char *env = getenv("PLOOP_PREOPEN");
   size_t idx[PLOOP_MAX_DELTAS];
   int n = ploop_descriptor_chain(disk->desc, NULL, idx, PLOOP_MAX_DELTAS);
-  if (n <= 0 || !store_for(disk->dir)->open_unlocked)
+  if (n <= 0 || !store_for(disk->dir)->open_unlocked || (env && strcmp(env, "0") == 0))
     return;
   const struct ploop_image_desc *im = &disk->desc->images[idx[n - 1]]; /* idx is base first */
   char *path = im->plain ? NULL : ploop_descriptor_image_path(disk->desc, im);
