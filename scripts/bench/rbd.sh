@@ -209,7 +209,7 @@ assert o["shared_disk"], o
 p = o["phases_ms"]
 print(sys.argv[2], o["downtime_ms"], o.get("acquire_ms", 0), int(o.get("acquire_ahead", False)),
       sum(o["rounds"]), o["bytes_sent"], int(o["criu"]),
-      *(p[k] for k in ("freeze", "sync", "checkpoint", "fsfreeze", "release", "prepare", "commit", "dest_start")))
+      *(p.get(k, 0) for k in ("freeze", "sync", "checkpoint", "fsfreeze", "release", "prepare", "commit", "dest_start", "dest_mount")))
 PY
       x=$from from=$to to=$x
       x=$from_conf from_conf=$to_conf to_conf=$x
@@ -231,7 +231,7 @@ for mode, label in (("nocriu", "without CRIU"), ("criu", "with CRIU")):
     print("%-12s %12.1f %12.1f %9d/%-2d %12d %12d %7d/%-2d" % (label, med[mode], statistics.median(float(x[2]) for x in r),
           sum(int(x[3]) for x in r), len(r), max(int(x[4]) for x in r), statistics.median(int(x[5]) for x in r),
           sum(int(x[6]) for x in r), len(r)))
-names = ("freeze", "sync", "criu dump", "fsfreeze", "release", "prepare", "commit", "dest start")
+names = ("freeze", "sync", "criu dump", "fsfreeze", "release", "prepare", "commit", "dest start", "of which mount")
 for mode, label in (("nocriu", "without CRIU"), ("criu", "with CRIU")):
     r = [x for x in rows if x[0] == mode]
     if r:

@@ -307,10 +307,14 @@ static int on_commit(struct dst *d)
   if (mig_record_save(d->name, &d->rec, true) < 0)
     return -1;  /* not recorded: not committed, the source keeps it */
   d->created = false;  /* ours to keep from here on, whatever happens */
+  double mount_ms = 0;
   if (d->shared && d->ra.argc && !d->criu) {
     /* committed: the disk is ours for good (a failure here leaves the
      * mount to the monitor's start, which reports it) */
-    if (disk_mount(d->diskdir, d->mnt) == 0)
+    uint64_t tm = now_ns();
+    int mrc = disk_mount(d->diskdir, d->mnt);
+    mount_ms = (double)(now_ns() - tm) / 1e6;
+    if (mrc == 0)
       d->mounted = true;
     else
       fprintf(stderr, "ploop-container: %s: mount after COMMIT: %s\n", d->name, ct_error());
@@ -360,8 +364,8 @@ static int on_commit(struct dst *d)
     merged = true;
   }
   if (!ans)
-    ans = xasprintf("state=%s\nstart_ms=%.1f\nrestored=%d\n%s%s%s", d->ra.argc ? "running" : "stopped",
-                    (double)(now_ns() - t0) / 1e6, restored, criu_err[0] ? "criu_error=" : "", criu_err,
+    ans = xasprintf("state=%s\nstart_ms=%.1f\nmount_ms=%.1f\nrestored=%d\n%s%s%s", d->ra.argc ? "running" : "stopped",
+                    (double)(now_ns() - t0) / 1e6, mount_ms, restored, criu_err[0] ? "criu_error=" : "", criu_err,
                     criu_err[0] ? "\n" : "");
   if (mig_send_text(d->fd, MIG_COMMITTED, ans) < 0)
     fprintf(stderr, "ploop-container: %s: committed, but the source did not get the answer: %s\n",

@@ -447,6 +447,8 @@ static int commit(struct src *s)
     return CT_EXIT_IN_DOUBT;
   s->r->downtime_ms = ms_since(s->t_freeze);
   s->r->ph.commit = lap(&t);
+  if (mig_kv(ans, "mount_ms", ms, sizeof ms))
+    s->r->ph.dest_mount = strtod(ms, NULL);
   if (mig_kv(ans, "start_ms", ms, sizeof ms))
     s->r->ph.dest_start = strtod(ms, NULL);
   char state[32], err[512];

@@ -39,6 +39,7 @@ struct mig_phases {
   double prepare, dest_attach;   /* PREPARE..READY; the destination's mount (and attach, if not early) */
   double commit, dest_start;     /* COMMIT..COMMITTED; the destination's start/restore */
   double fsfreeze, release;      /* shared disk: FIFREEZE, the daemon's RELEASE */
+  double dest_mount;             /* shared disk: the destination's mount after COMMIT (in dest_start) */
 };
 
 struct mig_result {
