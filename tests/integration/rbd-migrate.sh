@@ -227,8 +227,9 @@ elif grep -q committed "$TMP/resolve"; then
   wait_state_root "$DST" g stopped || fail "g did not stop at the destination"
   # killed between its commit record and the start, the receiver left the
   # disk mounted for a start that never came
-  timeout 60 "$PLOOP_CONTAINER" --root "$DST" umount g >/dev/null 2>&1 || true
-  "$PLOOP" list | grep -q 'rbd/mig4' && fail "g's disk is still attached at the destination: $("$PLOOP" list)"
+  timeout 60 "$PLOOP_CONTAINER" --root "$DST" umount g >"$TMP/umount.out" 2>&1 || true
+  "$PLOOP" list | grep -q 'rbd/mig4' &&
+    fail "g's disk is still attached at the destination: $("$PLOOP" list); umount said: $(cat "$TMP/umount.out")"
   timeout 60 "$PLOOP" export -o "$TMP/g.raw" "rbd:rbd/mig4" >/dev/null || fail "export of g's disk"
   debugfs -R 'cat /log' "$TMP/g.raw" 2>/dev/null >"$TMP/g.log"
   n=$(check_log "$TMP/g.log") || fail "g's log broken"
