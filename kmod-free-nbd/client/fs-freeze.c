@@ -103,7 +103,19 @@ int ploop_fs_checkpoint_fd(int fd, const char *mnt)
   return 0;
 }
 
-int ploop_fs_freeze(const char *mnt) { return on_mount(mnt, ploop_fs_freeze_fd); }
-int ploop_fs_thaw(const char *mnt) { return on_mount(mnt, ploop_fs_thaw_fd); }
-int ploop_fs_sync(const char *mnt) { return on_mount(mnt, ploop_fs_sync_fd); }
-int ploop_fs_checkpoint(const char *mnt) { return on_mount(mnt, ploop_fs_checkpoint_fd); }
+int ploop_fs_freeze(const char *mnt)
+{
+  return on_mount(mnt, ploop_fs_freeze_fd);
+}
+int ploop_fs_thaw(const char *mnt)
+{
+  return on_mount(mnt, ploop_fs_thaw_fd);
+}
+int ploop_fs_sync(const char *mnt)
+{
+  return on_mount(mnt, ploop_fs_sync_fd);
+}
+int ploop_fs_checkpoint(const char *mnt)
+{
+  return on_mount(mnt, ploop_fs_checkpoint_fd);
+}
