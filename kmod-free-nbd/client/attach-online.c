@@ -16,6 +16,7 @@
 
 #include "attach-internal.h"
 #include "control.h"
+#include "fs-freeze.h"
 
 /* The attachment WHAT names, which must be the live read-write top. */
 static int find_writable(const char *what, const char *verb, struct ploop_attach_info *i)
@@ -57,23 +58,22 @@ int ploop_attach_snapshot(const char *what, const char *guid, char *guid_out)
     return -1;
   int mfd = -1;
   if (i.mount_point[0]) {
-    mfd = open(i.mount_point, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    mfd = ploop_fs_open_mount(i.mount_point);
     if (mfd < 0)
-      return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", i.mount_point, strerror(errno));
+      return -1;
     /* Freezing flushes the filesystem and leaves its journal clean, so the
      * snapshot mounts read-only without a replay. */
-    if (ioctl(mfd, FIFREEZE, 0) < 0) {
-      int e = errno;
+    if (ploop_fs_freeze_fd(mfd, i.mount_point) < 0) {
       close(mfd);
-      return ploop_set_error(PLOOP_ERR_IO, e, "freeze %s: %s", i.mount_point, strerror(e));
+      return -1;
     }
   }
   int rc = ploop_ctl_snapshot(i.disk_dir, guid, guid_out);
   if (rc < 0)
     ctl_failed(&i, "snapshot");
   if (mfd >= 0) {
-    if (ioctl(mfd, FITHAW, 0) < 0 && rc == 0)
-      rc = ploop_set_error(PLOOP_ERR_IO, errno, "thaw %s: %s", i.mount_point, strerror(errno));
+    if (ploop_fs_thaw_fd(mfd, i.mount_point) < 0 && rc == 0)
+      rc = -1;
     close(mfd);
   }
   return rc;
@@ -191,15 +191,14 @@ int ploop_attach_compact(const char *what, uint64_t *trimmed, uint64_t *reclaime
   if (reclaimed)
     *reclaimed = 0;
   if (i.mount_point[0]) {
-    int fd = open(i.mount_point, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = ploop_fs_open_mount(i.mount_point);
     if (fd < 0)
-      return ploop_set_error(PLOOP_ERR_IO, errno, "%s: %s", i.mount_point, strerror(errno));
+      return -1;
     /* Blocks freed by a delete are free for FITRIM only once the
      * filesystem has committed the delete: sync it first (OpenVZ does). */
-    if (syncfs(fd) < 0) {
-      int se = errno;
+    if (ploop_fs_sync_fd(fd, i.mount_point) < 0) {
       close(fd);
-      return ploop_set_error(PLOOP_ERR_IO, se, "sync %s: %s", i.mount_point, strerror(se));
+      return -1;
     }
     struct fstrim_range r = {.start = 0, .len = UINT64_MAX, .minlen = 0};
     int rc = ioctl(fd, FITRIM, &r);

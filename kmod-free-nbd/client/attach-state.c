@@ -210,13 +210,21 @@ int ploop_attach_list(struct ploop_attach_info **out, size_t *n)
  * with several attachments (top + snapshots) resolves to its top. */
 /* How well attachment A matches WHAT (0: not at all); live ones win, so a
  * stale record of a crashed attachment never shadows a live one. */
+/* rbd:POOL/NAME given without ?conf= names the disk attached with one. */
+static bool same_rbd_disk(const char *attached, const char *given)
+{
+  size_t n = strlen(given);
+  return !strncmp(given, "rbd:", 4) && !strchr(given, '?') && !strncmp(attached, given, n) &&
+         !strncmp(attached + n, "?conf=", 6);
+}
+
 static int match_score(const struct ploop_attach_info *a, const char *real, const char *dir)
 {
   int score = 0;
   if ((a->mount_point[0] && strcmp(a->mount_point, real) == 0) ||
       (a->device[0] && strcmp(a->device, real) == 0))
     score = 3;
-  else if (dir[0] && strcmp(a->disk_dir, dir) == 0)
+  else if (dir[0] && (strcmp(a->disk_dir, dir) == 0 || same_rbd_disk(a->disk_dir, dir)))
     score = a->snapshot_guid[0] ? 1 : 2;
   return score ? score * 2 + (a->daemon_alive ? 1 : 0) : 0;
 }

@@ -748,13 +748,18 @@ int ploop_attach_mount_fs(const char *what, const struct ploop_attach_opts *o)
     snprintf(i.fstype, sizeof(i.fstype), "%s", o->fstype);
   else if (ploop_fs_probe(i.device, i.fstype, sizeof(i.fstype)) < 0)
     goto out;
-  if (fs_mount(i.device, mp, i.fstype, i.readonly || o->readonly, o->mount_flags, o->mount_data) < 0)
-    goto out;
+  /* The mount point is recorded before the mount (the state is on tmpfs:
+   * no cost): a caller killed right after the mount leaves a state that
+   * `umount` finds by it, and teardown skips a recorded mount that is not
+   * there. */
   snprintf(i.mount_point, sizeof(i.mount_point), "%s", mp);
   struct paths p;
   make_paths(i.disk_dir, i.snapshot_guid, &p);
-  if (attach_state_write(p.state, &i) < 0) {
-    umount2(mp, 0);
+  if (attach_state_write(p.state, &i) < 0)
+    goto out;
+  if (fs_mount(i.device, mp, i.fstype, i.readonly || o->readonly, o->mount_flags, o->mount_data) < 0) {
+    i.mount_point[0] = 0;
+    attach_state_write(p.state, &i);
     goto out;
   }
   rc = 0;

@@ -195,8 +195,9 @@ static int handle(int fd, struct disk_export *de, char *line) {
                 : ploop_disk_acquire(de->disk, a1 && strcmp(a1, "DIRTY") == 0 ? PLOOP_OPEN_ALLOW_DIRTY : 0);
     pthread_mutex_unlock(&de->lock);
     if (r < 0) return reply_err(fd, ploop_get_errno(), ploop_get_error());
-    nbd_log("%s: %s", de->name, rel ? "released" : "acquired");
-    return reply_ok(fd, "");
+    bool ahead = !rel && ploop_disk_acquired_ahead(de->disk);
+    nbd_log("%s: %s", de->name, rel ? "released" : ahead ? "acquired (opened ahead)" : "acquired");
+    return reply_ok(fd, rel ? "" : ahead ? "ahead" : "full");
   }
   if (ploop_disk_released(de->disk)) return reply_err(fd, ESHUTDOWN, "the disk is released (ACQUIRE first)");
 

@@ -221,6 +221,10 @@ int ploop_disk_close(struct ploop_disk *disk);
 int ploop_disk_release(struct ploop_disk *disk);
 int ploop_disk_acquire(struct ploop_disk *disk, unsigned acquire_flags);
 bool ploop_disk_released(const struct ploop_disk *disk);
+/* The last ploop_disk_acquire used the top image opened ahead (a standby
+ * open of a disk in shared storage keeps it open without its lock); false:
+ * it opened the image in full. */
+bool ploop_disk_acquired_ahead(const struct ploop_disk *disk);
 
 uint64_t ploop_disk_size(const struct ploop_disk *disk);         /* bytes */
 uint64_t ploop_disk_cluster_size(const struct ploop_disk *disk); /* bytes */

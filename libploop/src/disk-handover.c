@@ -4,6 +4,7 @@
  * failed hand-over resumes where it stopped. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -41,6 +42,43 @@ int ploop_disk_release(struct ploop_disk *disk)
   return rc;
 }
 
+void disk_preopen_top(struct ploop_disk *disk)
+{
+  /* PLOOP_PREOPEN=0: no open ahead (ACQUIRE opens in full, as before) */
+  const char *env = getenv("PLOOP_PREOPEN");
+  size_t idx[PLOOP_MAX_DELTAS];
+  int n = ploop_descriptor_chain(disk->desc, NULL, idx, PLOOP_MAX_DELTAS);
+  if (n <= 0 || !store_for(disk->dir)->open_unlocked || (env && strcmp(env, "0") == 0))
+    return;
+  const struct ploop_image_desc *im = &disk->desc->images[idx[n - 1]]; /* idx is base first */
+  char *path = im->plain ? NULL : ploop_descriptor_image_path(disk->desc, im);
+  if (path)
+    disk->pre = delta_preopen(disk->dir, path);
+  free(path);
+}
+
+int disk_open_preopened(struct ploop_disk *disk, unsigned flags)
+{
+  struct ploop_delta *pre = disk->pre;
+  disk->pre = NULL;
+  size_t idx[PLOOP_MAX_DELTAS];
+  int n = ploop_descriptor_chain(disk->desc, NULL, idx, PLOOP_MAX_DELTAS);
+  const struct ploop_image_desc *im = n > 0 ? &disk->desc->images[idx[n - 1]] : NULL;
+  char *path = im && !im->plain ? ploop_descriptor_image_path(disk->desc, im) : NULL;
+  bool same = path && pre && strcmp(path, pre->path) == 0;
+  free(path);
+  if (!same) {
+    delta_discard_preopened(pre);
+    return ploop_error(PLOOP_ERR_BUSY, ESTALE, "%s: the top changed since it was opened ahead", disk->dir);
+  }
+  return disk_open_chain_top(disk, NULL, flags, pre);
+}
+
+bool ploop_disk_acquired_ahead(const struct ploop_disk *disk)
+{
+  return disk->acquired_ahead;
+}
+
 int ploop_disk_acquire(struct ploop_disk *disk, unsigned acquire_flags)
 {
   if (!disk->rdwr || disk->snapshot_guid)
@@ -68,7 +106,10 @@ int ploop_disk_acquire(struct ploop_disk *disk, unsigned acquire_flags)
   disk->desc = d;
   unsigned flags =
       (disk->open_flags & ~(unsigned)PLOOP_OPEN_STANDBY) | (acquire_flags & PLOOP_OPEN_ALLOW_DIRTY);
-  if (disk_open_chain(disk, NULL, flags) < 0) {
+  /* The top opened ahead saves the image's open; whatever goes wrong with
+   * it (stale, changed, refused), the full open decides. */
+  disk->acquired_ahead = disk->pre && disk_open_preopened(disk, flags) == 0;
+  if (!disk->acquired_ahead && disk_open_chain(disk, NULL, flags) < 0) {
     rc = -1;
   } else if (disk->size_bytes != size || disk->cluster_bytes != cluster) {
     disk_close_deltas(disk, true);

@@ -72,6 +72,11 @@ void disk_close_deltas(struct ploop_disk *disk, bool clean)
 
 int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags)
 {
+  return disk_open_chain_top(disk, guid, flags, NULL);
+}
+
+int disk_open_chain_top(struct ploop_disk *disk, const char *guid, unsigned flags, struct ploop_delta *pre)
+{
   struct ploop_descriptor *desc = disk->desc;
   size_t idx[PLOOP_MAX_DELTAS];
   int n = ploop_descriptor_chain(desc, guid, idx, PLOOP_MAX_DELTAS);
@@ -86,7 +91,11 @@ int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags)
   for (int k = n - 1, i = 0; k >= 0; k--, i++) {
     /* Only the top opens read-write. */
     unsigned f = i == 0 ? flags : (flags & PLOOP_OPEN_ALLOW_DIRTY);
-    struct ploop_delta *d = delta_open_image(desc, &desc->images[idx[k]], f);
+    struct ploop_delta *d = NULL;
+    if (i == 0 && pre)
+      d = delta_open_preopened(pre, f) == 0 ? pre : NULL;
+    else
+      d = delta_open_image(desc, &desc->images[idx[k]], f);
     if (!d)
       goto fail;
     disk->deltas[disk->n++] = d;
@@ -114,7 +123,8 @@ int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags)
     disk->size_bytes = top->raw_bytes;
   return 0;
 fail:
-  disk_close_deltas(disk, false);
+  /* a top opened ahead goes clean: its opener falls back to a full open */
+  disk_close_deltas(disk, pre != NULL);
   return -1;
 }
 
@@ -153,6 +163,7 @@ struct ploop_disk *ploop_disk_open(const char *dir_or_xml, const char *snapshot_
     }
     disk->cluster_bytes = (uint64_t)disk->desc->cluster_sectors * 512;
     disk->size_bytes = disk->desc->size_sectors * 512;
+    disk_preopen_top(disk);
     return disk;
   }
   if (!(flags & PLOOP_OPEN_NO_LOCK)) {
@@ -186,6 +197,7 @@ int ploop_disk_close(struct ploop_disk *disk)
     if (delta_close(disk->deltas[i], true) < 0 && rc == 0)
       rc = -1;
   disk->n = 0;
+  delta_discard_preopened(disk->pre);
   ploop_unlock_disk(disk->lock_fd);
   ploop_descriptor_free(disk->desc);
   pthread_rwlock_destroy(&disk->rw);

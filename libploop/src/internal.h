@@ -130,6 +130,14 @@ static inline uint64_t delta_lookup(const struct ploop_delta *d, uint64_t vc)
 /* DIR: as ploop_open_file. */
 struct ploop_delta *delta_open(const char *dir, const char *path, unsigned flags);
 struct ploop_delta *delta_open_raw(const char *dir, const char *path, uint32_t cluster_sectors, bool rdwr);
+/* A read-write delta whose store object is open without its lock and
+ * nothing read yet (a shared disk another host still writes):
+ * delta_open_preopened takes the lock and reads and validates everything
+ * as delta_open does (FLAGS: PLOOP_OPEN_*), freeing D on failure. NULL
+ * from delta_preopen (error set) when the store cannot open so. */
+struct ploop_delta *delta_preopen(const char *dir, const char *path);
+int delta_open_preopened(struct ploop_delta *d, unsigned flags);
+void delta_discard_preopened(struct ploop_delta *d);
 int delta_close(struct ploop_delta *d, bool clean);
 /* Reserve a fresh cluster for VC; waits while another thread allocates VC.
  * Returns 1 with *OFF set if VC turned out allocated meanwhile, 0 with
@@ -224,6 +232,8 @@ struct ploop_disk {
   size_t dirty_bytes;
   bool dirty_on;
   char *snapshot_guid; /* set for a read-only snapshot view */
+  struct ploop_delta *pre; /* standby: the top opened ahead, unlocked (disk_preopen_top) */
+  bool acquired_ahead;     /* the last ACQUIRE used it */
 };
 /* Structure changes take the disk this way: no I/O in flight through the
  * library or through a pinned mapping (ploop_disk_map). */
@@ -241,6 +251,17 @@ struct ploop_delta *delta_open_image(const struct ploop_descriptor *desc, const 
                                      unsigned flags);
 /* Opens the chain of descriptor images ending at GUID. */
 int disk_open_chain(struct ploop_disk *disk, const char *guid, unsigned flags);
+/* The same with the top taken from PRE (delta_preopen), which it owns from
+ * then on; on failure every delta is closed, the top clean. */
+int disk_open_chain_top(struct ploop_disk *disk, const char *guid, unsigned flags, struct ploop_delta *pre);
+/* Standby (disk-handover.c): the top's image opened ahead, without its
+ * lock, so that ACQUIRE only locks and reads it (disk->pre). Best effort:
+ * nothing is kept when the store cannot. */
+void disk_preopen_top(struct ploop_disk *disk);
+/* ACQUIRE with the top opened ahead: the descriptor DISK->desc's chain
+ * over disk->pre. -1 (error set, every delta closed, disk->pre gone): the
+ * caller opens in full (disk_open_chain). */
+int disk_open_preopened(struct ploop_disk *disk, unsigned flags);
 /* The error of I/O on a released disk (disk-handover.c): -1, ESHUTDOWN. */
 int disk_released_error(struct ploop_disk *disk);
 void disk_close_deltas(struct ploop_disk *disk, bool clean);

@@ -133,6 +133,28 @@ int store_open(struct store_obj *o, const char *dir, const char *path, bool rdwr
   return 0;
 }
 
+int store_open_unlocked(struct store_obj *o, const char *dir, const char *path)
+{
+  *o = (struct store_obj){.ops = store_for(dir ? dir : path), .fd = -1, .path = path};
+  if (!o->ops->open_unlocked) {
+    o->ops = NULL;
+    return ploop_error(PLOOP_ERR_PARAM, EOPNOTSUPP, "%s: the %s store opens no delta ahead of its lock", path,
+                       store_for(dir ? dir : path)->name);
+  }
+  if (o->ops->open_unlocked(o, dir, path) < 0) {
+    o->ops = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+int store_take_lock(struct store_obj *o)
+{
+  if (!o->ops || !o->ops->take_lock)
+    return ploop_error(PLOOP_ERR_PARAM, EOPNOTSUPP, "%s: not opened ahead of its lock", o->path);
+  return o->ops->take_lock(o);
+}
+
 int store_create(struct store_obj *o, const char *dir, const char *path)
 {
   *o = (struct store_obj){.ops = store_for(dir ? dir : path), .fd = -1, .path = path};

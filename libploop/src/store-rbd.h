@@ -11,8 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock) X(rados_set_pool_full_try) X(rados_remove)
-#define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes) X(rbd_aio_create_completion) X(rbd_aio_read) X(rbd_aio_write) X(rbd_aio_get_return_value) X(rbd_aio_release)
+#define RADOS_FUNCS(X) X(rados_create) X(rados_conf_read_file) X(rados_conf_set) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create) X(rados_ioctx_destroy) X(rados_stat) X(rados_read) X(rados_write_full) X(rados_lock_exclusive) X(rados_lock_shared) X(rados_unlock) X(rados_list_lockers) X(rados_break_lock) X(rados_set_pool_full_try) X(rados_remove) X(rados_exec)
+#define RBD_FUNCS(X) X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_lock_acquire) X(rbd_lock_release) X(rbd_lock_get_owners) X(rbd_lock_get_owners_cleanup) X(rbd_lock_break) X(rbd_get_size) X(rbd_create4) X(rbd_image_options_create) X(rbd_image_options_set_uint64) X(rbd_image_options_destroy) X(rbd_remove) X(rbd_rename) X(rbd_read) X(rbd_write) X(rbd_resize2) X(rbd_flush) X(rbd_write_zeroes) X(rbd_aio_create_completion) X(rbd_aio_read) X(rbd_aio_write) X(rbd_aio_get_return_value) X(rbd_aio_release) X(rbd_get_id)
 #define DECLARE(f) __typeof__(&f) p_##f;
 struct rbd_lib {
   RADOS_FUNCS(DECLARE) RBD_FUNCS(DECLARE)
@@ -37,6 +37,7 @@ extern struct rbd_lib rbd_lib;
 #define rados_break_lock (*rbd_lib.p_rados_break_lock)
 #define rados_remove (*rbd_lib.p_rados_remove)
 #define rados_set_pool_full_try (*rbd_lib.p_rados_set_pool_full_try)
+#define rados_exec (*rbd_lib.p_rados_exec)
 #define rbd_open (*rbd_lib.p_rbd_open)
 #define rbd_open_read_only (*rbd_lib.p_rbd_open_read_only)
 #define rbd_close (*rbd_lib.p_rbd_close)
@@ -62,6 +63,7 @@ extern struct rbd_lib rbd_lib;
 #define rbd_aio_write (*rbd_lib.p_rbd_aio_write)
 #define rbd_aio_get_return_value (*rbd_lib.p_rbd_aio_get_return_value)
 #define rbd_aio_release (*rbd_lib.p_rbd_aio_release)
+#define rbd_get_id (*rbd_lib.p_rbd_get_id)
 
 struct rbd_loc {
   char pool[128];

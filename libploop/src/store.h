@@ -41,6 +41,15 @@ struct store_ops {
   /* Deltas. DIR is the disk's location (NULL: PATH is a bare name the
    * caller gave), PATH = DIR/NAME. Each sets the error on failure. */
   int (*open)(struct store_obj *o, const char *dir, const char *path, bool rdwr);
+  /* Read-write without the store's writer lock, for a disk another host
+   * still writes (a hand-over's standby side): nothing read through it is
+   * trusted until take_lock has run. NULL when the store has no such lock
+   * (a file store: the disk lock is all). */
+  int (*open_unlocked)(struct store_obj *o, const char *dir, const char *path);
+  /* Takes the writer lock of an object opened unlocked and refreshes what
+   * the store caches (its size) from the store itself; fails (error set)
+   * when the cached state cannot be trusted: the caller opens anew. */
+  int (*take_lock)(struct store_obj *o);
   /* A new empty delta (size 0), exclusive, open read-write. */
   int (*create)(struct store_obj *o, const char *dir, const char *path);
   void (*close)(struct store_obj *o);
@@ -129,6 +138,9 @@ static inline void store_close(struct store_obj *o)
 /* Opens a delta in the store DIR (or PATH, when DIR is NULL) names. */
 int store_open(struct store_obj *o, const char *dir, const char *path, bool rdwr);
 int store_create(struct store_obj *o, const char *dir, const char *path);
+/* store_ops.open_unlocked / take_lock; EOPNOTSUPP when the store has none. */
+int store_open_unlocked(struct store_obj *o, const char *dir, const char *path);
+int store_take_lock(struct store_obj *o);
 int store_remove(const char *dir, const char *path);
 int store_link(const char *dir, const char *from, const char *to);
 int store_sync_names(const char *dir, const char *path);

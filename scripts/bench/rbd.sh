@@ -7,10 +7,16 @@
 # read/write at QD32 and 1 MiB sequential reads and writes at QD4, on fully
 # written images; rounds interleaved, medians and ratios printed. Also the
 # time of a snapshot of the served rbd disk (online, control socket) and of
-# one not served.
-#   env: RUNTIME (s per run, default 5), SIZE (default 512M), ROUNDS (default 3),
-#        OSDS (default 1), THREADS (ploop-nbd -t), RBD_BENCH_PORT (the cluster's
-#        block of 20 ports; default: derived from its directory)
+# one not served. The migrate part (rbd-migrate.sh): a container whose disk
+# is in the pool, a writer appending fsync'ed records, moved between two
+# roots N times without CRIU and N times with it (when a working CRIU is
+# there): medians of downtime and of the destination's ACQUIRE, disk and
+# wire bytes, and the target (downtime < 100 ms without CRIU) met/MISSED.
+#   env: PARTS (default "io migrate"), RUNTIME (s per run, default 5), SIZE
+#        (default 512M), ROUNDS (default 3), OSDS (default 1), THREADS
+#        (ploop-nbd -t), RBD_BENCH_PORT (the cluster's block of 20 ports;
+#        default: derived from its directory), N (migrations per mode,
+#        default 5), RBD_MIGRATE_PORT (default 21485)
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${PLOOP_BUILD:-$TOP/build}
@@ -22,7 +28,11 @@ SIZE=${SIZE:-512M}
 ROUNDS=${ROUNDS:-3}
 OSDS=${OSDS:-1}
 THREADS=${THREADS:-}
-for t in fio qemu-nbd nbdcopy python3 ceph-mon ceph-osd rbd; do
+PARTS=${PARTS:-io migrate}
+has_part() { [[ " $PARTS " == *" $1 "* ]]; }
+tools=(python3 ceph-mon ceph-osd rbd)
+! has_part io || tools+=(fio qemu-nbd nbdcopy)
+for t in "${tools[@]}"; do
   command -v $t >/dev/null || { echo "rbd bench: $t not installed, skipped"; exit 0; }
 done
 [[ -x $PLOOP && -x $PLOOP_NBD ]] || { echo "rbd bench: build first (make all)"; exit 1; }
@@ -39,10 +49,12 @@ stop_servers() {
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   PIDS=()
 }
-trap 'stop_servers; "$TOP/scripts/ceph-cluster.sh" stop "$CL"; rm -rf "$W"' EXIT
+trap 'stop_servers; mig_cleanup; "$TOP/scripts/ceph-cluster.sh" stop "$CL"; rm -rf "$W"' EXIT
+mig_cleanup() { :; }
 bytes=$(numfmt --from=iec "$SIZE")
 # Three copies of the data (ploop disk, qemu's copy, rbd bench's image) and room.
 osd_bytes=$((3 * bytes + (512 << 20)))
+has_part io || osd_bytes=$((512 << 20))
 start=$(date +%s)
 CONF=$("$TOP/scripts/ceph-cluster.sh" start "$CL" --osds "$OSDS" --osd-bytes "$osd_bytes" \
   ${RBD_BENCH_PORT:+--port "$RBD_BENCH_PORT"}) || { echo "rbd bench: cluster did not start"; exit 1; }
@@ -69,6 +81,7 @@ rbd_bench_iops() {
 }
 median() { sort -n | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print 0}'; }
 
+run_io() {
 # ---- images: the ploop disk on rbd written in full, a copy for qemu ----
 head -c "$bytes" /dev/urandom >"$W/src.raw"
 D="rbd:rbd/bench-ploop"
@@ -97,7 +110,7 @@ if [[ -n $qemu_rbd ]]; then
   servers+=(qemu)
 fi
 
-declare -A R=()
+declare -gA R=()
 add() { R[$1]="${R[$1]:-} $2"; }
 for ((round = 0; round < ROUNDS; round++)); do
   for wl in "${WORKLOADS[@]}"; do
@@ -146,4 +159,90 @@ printf '\nsnapshot of the served rbd disk (ms, target < 20): I/O paused %s; whol
   "$snaps_pause" "$snaps_server"
 printf 'ploop snapshot CLI wall: served %s, not served %s\n' "${snaps_online[*]}" "${snaps_offline[*]}"
 printf '(CLI wall times include loading librados/librbd and connecting to the cluster)\n'
+}
+
+# ---- migrate: a container on an rbd disk moved between two roots ----
+# Two roots on this host, each naming the pool with its own copy of the
+# configuration (as two hosts would), migrating over 127.0.0.1; moves
+# alternate A->B, B->A. One line per migration in $W/mig.tsv.
+run_migrate() {
+  local CT=$BUILD/bin/ploop-container A=$W/a B=$W/b CONF_B=$W/ceph-b.conf
+  local port=${RBD_MIGRATE_PORT:-21485} n=${N:-5}
+  if [[ $(id -u) -ne 0 || ! -x $CT ]]; then
+    echo "rbd bench migrate: needs root and ploop-container, skipped"
+    return 0
+  fi
+  cp "$CONF" "$CONF_B"
+  mig_cleanup() {
+    local r
+    for r in "$W/a" "$W/b"; do
+      timeout 30 "$BUILD/bin/ploop-container" --root "$r" stop mig --timeout 0 >/dev/null 2>&1 || true
+      timeout 30 "$BUILD/bin/ploop-container" --root "$r" destroy mig >/dev/null 2>&1 || true
+    done
+  }
+  local writer='i=0; while :; do i=$((i+1)); echo "$i" >> /log; sync /log; sleep 0.02; done'
+  t "$CT" --root "$A" create mig --size 256M --disk "rbd:rbd/benchmig?conf=$CONF" >/dev/null
+  t "$CT" --root "$A" start mig --memory 64M -- /bin/sh -c "$writer"
+  sleep 1
+  local have_criu=0 from=$A to=$B to_conf=$CONF_B from_conf=$CONF mode i j x rp
+  "$TOP/scripts/install-criu.sh" >/dev/null 2>&1 && have_criu=1
+  printf 'migrate part: load average before: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+  : >"$W/mig.tsv"
+  for mode in nocriu criu; do
+    [[ $mode == criu && $have_criu == 0 ]] && continue
+    for ((i = 0; i < n; i++)); do
+      CEPH_CONF=$to_conf timeout 120 "$CT" --root "$to" receive --listen "127.0.0.1:$port" --once --timeout 30 \
+        >"$W/recv.out" 2>"$W/recv.err" &
+      rp=$!
+      for j in $(seq 100); do grep -q receiving "$W/recv.out" 2>/dev/null && break; sleep 0.05; done
+      if ! CEPH_CONF=$from_conf timeout 120 "$CT" --root "$from" migrate mig "127.0.0.1:$port" --json --timeout 30 \
+        $([[ $mode == nocriu ]] && echo --no-criu) >"$W/mig.json" 2>"$W/mig.err"; then
+        echo "rbd bench migrate: $mode run $i failed: $(cat "$W/mig.err") / $(cat "$W/recv.err")" >&2
+        wait "$rp" || true
+        return 1
+      fi
+      wait "$rp" || true
+      python3 - "$W/mig.json" "$mode" >>"$W/mig.tsv" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["shared_disk"], o
+p = o["phases_ms"]
+print(sys.argv[2], o["downtime_ms"], o.get("acquire_ms", 0), int(o.get("acquire_ahead", False)),
+      sum(o["rounds"]), o["bytes_sent"], int(o["criu"]),
+      *(p.get(k, 0) for k in ("freeze", "sync", "checkpoint", "fsfreeze", "release", "prepare", "commit", "dest_start", "dest_mount")))
+PY
+      x=$from from=$to to=$x
+      x=$from_conf from_conf=$to_conf to_conf=$x
+      sleep 0.5 # the writer runs again there before the next move
+    done
+  done
+  python3 - "$W/mig.tsv" "$n" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+print("\nMigration of a container whose disk is in the pool (its lock moves, no disk bytes), %s runs per mode:" % sys.argv[2])
+print("%-12s %12s %12s %12s %12s %12s %10s" % ("mode", "downtime ms", "acquire ms", "opened ahead", "disk bytes", "wire bytes", "restored"))
+med = {}
+for mode, label in (("nocriu", "without CRIU"), ("criu", "with CRIU")):
+    r = [x for x in rows if x[0] == mode]
+    if not r:
+        print("%-12s %12s" % (label, "- (no working CRIU)"))
+        continue
+    med[mode] = statistics.median(float(x[1]) for x in r)
+    print("%-12s %12.1f %12.1f %9d/%-2d %12d %12d %7d/%-2d" % (label, med[mode], statistics.median(float(x[2]) for x in r),
+          sum(int(x[3]) for x in r), len(r), max(int(x[4]) for x in r), statistics.median(int(x[5]) for x in r),
+          sum(int(x[6]) for x in r), len(r)))
+names = ("freeze", "sync", "criu dump", "fsfreeze", "release", "prepare", "commit", "dest start", "of which mount")
+for mode, label in (("nocriu", "without CRIU"), ("criu", "with CRIU")):
+    r = [x for x in rows if x[0] == mode]
+    if r:
+        print("phases, median ms, %s: %s" % (label, ", ".join(
+            "%s %.1f" % (n, statistics.median(float(x[7 + i]) for x in r)) for i, n in enumerate(names))))
+print("all downtimes (ms): " + "; ".join("%s: %s" % (m, " ".join(x[1] for x in rows if x[0] == m)) for m in ("nocriu", "criu")))
+if "nocriu" in med:
+    print("target: downtime < 100 ms without CRIU: %s (median %.1f ms)" % ("met" if med["nocriu"] < 100 else "MISSED", med["nocriu"]))
+PY
+}
+
+has_part io && run_io
+has_part migrate && run_migrate
 printf 'load average at the end: %s; bench time: %ss\n' "$(cut -d' ' -f1-3 /proc/loadavg)" $(($(date +%s) - start))

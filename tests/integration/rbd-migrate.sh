@@ -60,7 +60,9 @@ assert o["rounds"] == [], o["rounds"]          # no disk stream at all
 assert o["bytes_sent"] < 64 << 10, o            # only the protocol's messages
 assert 0 < o["downtime_ms"] < o["total_ms"], o
 assert o["criu"] is False and o["criu_bytes"] == 0, o
-print("downtime %.1f ms, %d bytes on the wire, phases %s" % (o["downtime_ms"], o["bytes_sent"], o["phases_ms"]))
+assert 0 < o["acquire_ms"] < o["downtime_ms"], o
+print("downtime %.1f ms (acquire %.1f ms, opened ahead: %s), %d bytes on the wire, phases %s" % (
+    o["downtime_ms"], o["acquire_ms"], o["acquire_ahead"], o["bytes_sent"], o["phases_ms"]))
 PY
 sleep 0.3
 kill "$_tail_pid"
@@ -86,6 +88,26 @@ m3=$(timeout 60 "$PLOOP" export -o "$TMP/web.raw" "rbd:rbd/mig1" >/dev/null && d
 dst destroy web
 rbd ls rbd | grep -q '^mig1\.' && fail "destroy at the destination left the disk it now owns"
 echo "online: ok ($acked acked, $m2 records at the destination)"
+
+# The top opened ahead found stale at ACQUIRE (PLOOP_PREOPEN=stale makes
+# the size check fail as the race it guards against would): the daemon
+# falls back to the full open and nothing is lost.
+rbd_writer h "rbd:rbd/mig6?conf=$CONF"
+PLOOP_PREOPEN=stale start_receiver
+migrate h --json --no-criu >"$TMP/stale.json" 2>"$TMP/err" || fail "migrate with a stale open ahead failed: $(cat "$TMP/err") / $(cat "$TMP/recv.err")"
+[[ $(wait_receiver) -eq 0 ]] || fail "receiver failed: $(cat "$TMP/recv.err")"
+python3 -c 'import json, sys; o = json.load(open(sys.argv[1])); assert o["shared_disk"] and o["acquire_ahead"] is False, o' \
+  "$TMP/stale.json" || fail "the stale open ahead was used: $(cat "$TMP/stale.json")"
+sleep 0.3
+kill "$_tail_pid"
+acked=$(last_ack)
+[[ $(state_of "$DST" h) == running ]] || fail "h does not run on the destination"
+m=$(check_log "$DST/h/rootfs/log") || fail "destination log broken (stale open ahead)"
+((m >= acked)) || fail "record $acked was acknowledged before the freeze, the destination has $m (stale open ahead)"
+dst stop h --timeout 2 >/dev/null 2>&1
+wait_state_root "$DST" h stopped || fail "h did not stop at the destination"
+dst destroy h
+echo "stale open ahead: fell back to the full open ($acked acked, $m records)"
 
 # With CRIU (when a working one can be had): the processes move, not a
 # restart (the writer's token stays), still no disk bytes.
@@ -124,10 +146,31 @@ fi
 
 # A destination killed after READY, before COMMIT: the source takes its
 # disk back (fencing the destination's daemon) and runs on with its data.
+# Until COMMIT the destination must not mount the disk (a mount writes the
+# superblock and journal under a source that may roll back): at READY it
+# is not mounted there, and the disk's bytes past the header page (where
+# ACQUIRE sets the in-use mark) are those the source released.
 rbd_writer f "rbd:rbd/mig2?conf=$CONF"
 start_receiver
+cat >"$TMP/hook.sh" <<EOF
+img_hash() { timeout 60 rbd export --no-progress rbd/mig2.root.hds - 2>/dev/null | tail -c +4097 | md5sum; }
+case \$PLOOP_MIGRATE_PHASE in
+handover) img_hash >"$TMP/hash.released" ;;
+ready)
+  ! grep -q " $DST/f/rootfs " /proc/mounts || touch "$TMP/mounted.early"
+  img_hash >"$TMP/hash.ready"
+  kill -9 $RECV_PID ;;
+esac
+EOF
+rm -f "$TMP/mounted.early" "$TMP/hash.released" "$TMP/hash.ready"
 rc=0
-PLOOP_MIGRATE_HOOK_PHASE=ready PLOOP_MIGRATE_HOOK="kill -9 $RECV_PID" migrate f --no-criu >"$TMP/out" 2>"$TMP/err" || rc=$?
+PLOOP_MIGRATE_HOOK_PHASE=handover,ready PLOOP_MIGRATE_HOOK="bash $TMP/hook.sh" migrate f --no-criu \
+  >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ ! -e $TMP/mounted.early ]] || fail "the destination mounted the shared disk before COMMIT"
+[[ -s $TMP/hash.released && -s $TMP/hash.ready ]] || fail "the hook did not hash the disk"
+cmp -s "$TMP/hash.released" "$TMP/hash.ready" || fail "the destination wrote the shared disk before COMMIT"
+! grep -q '^d41d8cd98f00b204e9800998ecf8427e' "$TMP/hash.ready" || fail "the hook read an empty disk"
+
 ((rc != 0)) || fail "migrate succeeded though the destination was killed: $(cat "$TMP/out")"
 ((rc != 6)) || fail "in doubt, though COMMIT was never sent: $(cat "$TMP/err")"
 echo "killed destination: source said: $(cat "$TMP/err")"
@@ -184,7 +227,9 @@ elif grep -q committed "$TMP/resolve"; then
   wait_state_root "$DST" g stopped || fail "g did not stop at the destination"
   # killed between its commit record and the start, the receiver left the
   # disk mounted for a start that never came
-  timeout 60 "$PLOOP_CONTAINER" --root "$DST" umount g >/dev/null 2>&1 || true
+  timeout 60 "$PLOOP_CONTAINER" --root "$DST" umount g >"$TMP/umount.out" 2>&1 || true
+  "$PLOOP" list | grep -q 'rbd/mig4' &&
+    fail "g's disk is still attached at the destination: $("$PLOOP" list); umount said: $(cat "$TMP/umount.out")"
   timeout 60 "$PLOOP" export -o "$TMP/g.raw" "rbd:rbd/mig4" >/dev/null || fail "export of g's disk"
   debugfs -R 'cat /log' "$TMP/g.raw" 2>/dev/null >"$TMP/g.log"
   n=$(check_log "$TMP/g.log") || fail "g's log broken"
@@ -194,4 +239,17 @@ elif grep -q committed "$TMP/resolve"; then
 else
   fail "resolve: $(cat "$TMP/resolve") / $(cat "$TMP/recv.err")"
 fi
+
+# `umount NAME` detaches a disk attached but mounted nowhere (what a
+# destination killed between COMMIT and the start leaves); `ploop umount`
+# finds a disk attached with ?conf= by its bare name too.
+src create u --size 64M --disk "rbd:rbd/mig5?conf=$CONF" >/dev/null || fail "create u"
+timeout 60 "$PLOOP" mount "rbd:rbd/mig5?conf=$CONF" >/dev/null || fail "attach u's disk"
+timeout 60 "$PLOOP_CONTAINER" --root "$SRC" umount u || fail "umount of an attached, unmounted disk"
+"$PLOOP" list | grep -q 'rbd/mig5' && fail "umount left u's disk attached: $("$PLOOP" list)"
+timeout 60 "$PLOOP" mount "rbd:rbd/mig5?conf=$CONF" >/dev/null || fail "attach u's disk again"
+timeout 60 "$PLOOP" umount "rbd:rbd/mig5" || fail "ploop umount by the bare rbd name"
+"$PLOOP" list | grep -q 'rbd/mig5' && fail "ploop umount left the disk attached: $("$PLOOP" list)"
+src destroy u
+echo "umount of an attached, unmounted disk: ok"
 echo PASS

@@ -206,7 +206,11 @@ int container_umount(const char *name, const char *dir)
   if (lock < 0)
     return -1;
   cleanup_free char *mnt = ct_path(name, "rootfs");
-  if (!disk_is_mounted(mnt))
+  if (!disk_is_mounted(mnt)) {
+    int r = disk_detach_unmounted(diskdir);
+    if (r != 0)
+      return r < 0 ? -1 : 0;
     return ct_state_fail(CT_EXIT_STOPPED, "container %s: disk is not mounted", name);
+  }
   return disk_umount(diskdir, mnt);
 }

@@ -22,6 +22,7 @@
 
 #include "attach.h"
 #include "error.h"
+#include "fs-freeze.h"
 #include "libploop.h"
 #include "util.h"
 
@@ -251,14 +252,12 @@ static int raw_snapshot(const char *dir, const char *mnt, char *id, size_t idlen
   cleanup_free char *snap = xasprintf("%s/snap-%s.raw", dir, id);
   if (!mnt)
     return copy_sparse(img, snap);
-  cleanup_close int mfd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (mfd < 0)
-    return ct_fail(errno, "open %s", mnt);
-  if (ioctl(mfd, FIFREEZE, 0) < 0)
-    return ct_fail(errno, "freeze filesystem %s", mnt);
+  cleanup_close int mfd = ploop_fs_open_mount(mnt);
+  if (mfd < 0 || ploop_fs_freeze_fd(mfd, mnt) < 0)
+    return ct_fail(0, "%s", ploop_get_error());
   int rc = copy_sparse(img, snap);
-  if (ioctl(mfd, FITHAW, 0) < 0 && rc == 0)
-    rc = ct_fail(errno, "thaw filesystem %s", mnt);
+  if (ploop_fs_thaw_fd(mfd, mnt) < 0 && rc == 0)
+    rc = ct_fail(0, "%s", ploop_get_error());
   return rc;
 }
 
@@ -319,6 +318,18 @@ int disk_umount(const char *dir, const char *mnt)
     return ploop_failed("detach ploop disk");
   }
   return 0;
+}
+
+int disk_detach_unmounted(const char *dir)
+{
+  char rbd[1024];
+  dir = disk_rbd_where(dir, rbd, sizeof rbd);
+  struct ploop_attach_info ai;
+  if (!is_ploop(dir) || ploop_attach_find(dir, &ai) < 0 || ai.mount_point[0])
+    return 0;
+  if (ploop_attach_umount(dir) < 0)
+    return ploop_failed("detach ploop disk");
+  return 1;
 }
 
 int disk_snapshot(const char *dir, const char *mnt, char *id, size_t idlen)

@@ -22,6 +22,10 @@ int disk_mount(const char *dir, const char *mnt);
 int disk_mount_snapshot(const char *dir, const char *id, const char *mnt);
 /* Unmounts MNT and releases everything the mount used (loop, daemon). */
 int disk_umount(const char *dir, const char *mnt);
+/* The disk of DIR attached but mounted nowhere (a shared disk's standby,
+ * a migration committed but not started) is detached: 1; 0 when it is not
+ * attached so (or mounted); -1 with the error set. */
+int disk_detach_unmounted(const char *dir);
 bool disk_is_mounted(const char *mnt);
 /* Instant snapshot of the mounted disk; the filesystem on MNT is frozen
  * (FIFREEZE) around it so the snapshot is clean; MNT NULL: the disk is

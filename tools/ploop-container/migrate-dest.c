@@ -44,6 +44,8 @@ struct dst {
   bool created, mounted, ready, final_seen;
   bool shared;          /* the disk is in shared storage: HANDOVER, no rounds */
   char shared_created[4]; /* the source's create made it: so may our destroy remove it */
+  double acquire_ms;      /* shared: the ACQUIRE at HANDOVER */
+  bool acquire_ahead;     /* and it found the top opened ahead */
   unsigned next_round;
   char *criu_bin;       /* offered by the source and working here */
   char criu_why[256];   /* else why not */
@@ -203,7 +205,7 @@ static int on_handover(struct dst *d)
 {
   if (!d->shared || d->final_seen)
     return ct_fail(0, "protocol error: HANDOVER %s", d->shared ? "twice" : "without a shared disk");
-  if (mig_shared_dest_acquire(d->diskdir) < 0)
+  if (mig_shared_dest_acquire(d->diskdir, &d->acquire_ms, &d->acquire_ahead) < 0)
     return -1;
   d->final_seen = true;
   return 0;
@@ -251,12 +253,14 @@ static int on_prepare(struct dst *d, const char *msg)
       (d->shared && mig_shared_dest_config(d->name, d->diskdir, d->shared_created) < 0))
     return -1;
   /* attached early: only the mount is left, for a restore too (its monitor
-   * adopts it); else a restore mounts the disk itself (its monitor owns it) */
+   * adopts it); else a restore mounts the disk itself (its monitor owns it).
+   * A shared disk is mounted at COMMIT: until then the source may take it
+   * back, and a mount writes its superblock and journal. */
   if (d->ra.argc && d->pa.attached) {
     if (mig_preattach_mount(&d->pa, d->mnt) < 0)
       return -1;
     d->mounted = true;
-  } else if (d->ra.argc && !d->criu) {
+  } else if (d->ra.argc && !d->criu && !d->shared) {
     if (disk_mount(d->diskdir, d->mnt) < 0)
       return -1;
     d->mounted = true;
@@ -265,8 +269,10 @@ static int on_prepare(struct dst *d, const char *msg)
   if (mig_record_save(d->name, &d->rec, false) < 0)
     return -1;
   d->ready = true;
-  char ready[48];
-  snprintf(ready, sizeof ready, "attach_ms=%.1f\n", (double)(now_ns() - t0) / 1e6);
+  char ready[96], acq[64] = "";
+  if (d->shared)
+    snprintf(acq, sizeof acq, "acquire_ms=%.1f\nacquire=%s\n", d->acquire_ms, d->acquire_ahead ? "ahead" : "full");
+  snprintf(ready, sizeof ready, "attach_ms=%.1f\n%s", (double)(now_ns() - t0) / 1e6, acq);
   return mig_send_text(d->fd, MIG_READY, ready);
 }
 
@@ -301,6 +307,18 @@ static int on_commit(struct dst *d)
   if (mig_record_save(d->name, &d->rec, true) < 0)
     return -1;  /* not recorded: not committed, the source keeps it */
   d->created = false;  /* ours to keep from here on, whatever happens */
+  double mount_ms = 0;
+  if (d->shared && d->ra.argc && !d->criu) {
+    /* committed: the disk is ours for good (a failure here leaves the
+     * mount to the monitor's start, which reports it) */
+    uint64_t tm = now_ns();
+    int mrc = disk_mount(d->diskdir, d->mnt);
+    mount_ms = (double)(now_ns() - tm) / 1e6;
+    if (mrc == 0)
+      d->mounted = true;
+    else
+      fprintf(stderr, "ploop-container: %s: mount after COMMIT: %s\n", d->name, ct_error());
+  }
   cleanup_free char *ans = NULL;
   char criu_err[600] = "";
   bool restored = false;
@@ -346,8 +364,8 @@ static int on_commit(struct dst *d)
     merged = true;
   }
   if (!ans)
-    ans = xasprintf("state=%s\nstart_ms=%.1f\nrestored=%d\n%s%s%s", d->ra.argc ? "running" : "stopped",
-                    (double)(now_ns() - t0) / 1e6, restored, criu_err[0] ? "criu_error=" : "", criu_err,
+    ans = xasprintf("state=%s\nstart_ms=%.1f\nmount_ms=%.1f\nrestored=%d\n%s%s%s", d->ra.argc ? "running" : "stopped",
+                    (double)(now_ns() - t0) / 1e6, mount_ms, restored, criu_err[0] ? "criu_error=" : "", criu_err,
                     criu_err[0] ? "\n" : "");
   if (mig_send_text(d->fd, MIG_COMMITTED, ans) < 0)
     fprintf(stderr, "ploop-container: %s: committed, but the source did not get the answer: %s\n",

@@ -5,11 +5,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +17,7 @@
 #include "control.h"
 #include "disk.h"
 #include "error.h"
+#include "fs-freeze.h"
 #include "libploop.h"
 #include "migrate-proto.h"
 #include "util.h"
@@ -58,15 +57,6 @@ static int ctl(const char *disk, const char *cmd)
   return 0;
 }
 
-static void thaw(const char *mnt)
-{
-  int fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ioctl(fd, FITHAW, 0); /* EINVAL: it was not frozen */
-    close(fd);
-  }
-}
-
 int mig_shared_release(const char *diskdir, const char *mnt, double *fsfreeze_ms, double *release_ms)
 {
   char local[1024];
@@ -75,18 +65,12 @@ int mig_shared_release(const char *diskdir, const char *mnt, double *fsfreeze_ms
   uint64_t t = now_ns();
   /* Frozen, the filesystem writes nothing until thawed: the disk can be
    * let go under it and taken back after a rollback as if nothing happened. */
-  int fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || ioctl(fd, FIFREEZE, 0) < 0) {
-    int e = errno;
-    if (fd >= 0)
-      close(fd);
-    return ct_fail(e, "freeze the filesystem on %s", mnt);
-  }
-  close(fd);
+  if (ploop_fs_freeze(mnt) < 0)
+    return ct_fail(0, "%s", ploop_get_error());
   *fsfreeze_ms = ms_since(t);
   t = now_ns();
   if (ctl(local, "RELEASE") < 0) {
-    thaw(mnt);
+    ploop_fs_thaw(mnt);
     return -1;
   }
   *release_ms = ms_since(t);
@@ -125,7 +109,7 @@ int mig_shared_resume(const char *name)
     if (ctl(local, "ACQUIRE DIRTY") < 0)
       return ct_wrap("take %s back", local);
   }
-  thaw(mnt);
+  ploop_fs_thaw(mnt); /* not frozen (EINVAL) is no error */
   return 0;
 }
 
@@ -135,7 +119,7 @@ void mig_shared_finish(const char *name)
   if (!mig_shared_disk(diskdir, NULL, 0, NULL, 0))
     return;
   cleanup_free char *mnt = ct_path(name, "rootfs");
-  thaw(mnt);
+  ploop_fs_thaw(mnt);
   const char *kv[] = {"disk_created=0"};
   ct_kv_set(name, "config", kv, 1, true);
 }
@@ -161,12 +145,17 @@ int mig_shared_dest_standby(const char *diskdir, const char *hello)
   return 1;
 }
 
-int mig_shared_dest_acquire(const char *diskdir)
+int mig_shared_dest_acquire(const char *diskdir, double *ms, bool *ahead)
 {
-  char local[1024];
+  char local[1024], reply[256];
   if (!mig_shared_disk(diskdir, local, sizeof local, NULL, 0))
     return ct_fail(0, "protocol error: HANDOVER without a shared disk");
-  return ctl(local, "ACQUIRE");
+  uint64_t t = now_ns();
+  if (ploop_ctl_command(local, "ACQUIRE", reply, sizeof reply) < 0)
+    return ct_fail(0, "ACQUIRE %s: %s", local, ploop_ctl_error());
+  *ms = ms_since(t);
+  *ahead = strcmp(reply, "ahead") == 0;
+  return 0;
 }
 
 int mig_shared_dest_config(const char *name, const char *diskdir, const char *hello_created)

@@ -1,8 +1,10 @@
 /* Migration of a container whose disk is in shared storage (an rbd: disk
  * both hosts see): no disk bytes move, the disk's lock does. The source
  * freezes, flushes and releases the disk (its mount stays, FIFREEZE'd);
- * the destination, attached in standby since HELLO, acquires it, mounts
- * and restores or restarts. formats/migration-protocol.md, "Shared disk". */
+ * the destination, attached in standby since HELLO, acquires it, and
+ * mounts it only after COMMIT (before, the source may still roll back and
+ * take the disk again: a mount would write its journal and superblock),
+ * then restores or restarts. formats/migration-protocol.md, "Shared disk". */
 #ifndef CT_MIGRATE_SHARED_H
 #define CT_MIGRATE_SHARED_H
 
@@ -36,8 +38,10 @@ void mig_shared_finish(const char *name);
  * is named DISKDIR's (with this host's CEPH_CONF) and attached in
  * standby. 0, or -1 with the error set. */
 int mig_shared_dest_standby(const char *diskdir, const char *hello);
-/* Destination, HANDOVER: the source has released it; acquire the disk. */
-int mig_shared_dest_acquire(const char *diskdir);
+/* Destination, HANDOVER: the source has released it; acquire the disk
+ * (*MS: how long; *AHEAD: the daemon had its top open ahead since the
+ * standby attach, and only locked and read it). */
+int mig_shared_dest_acquire(const char *diskdir, double *ms, bool *ahead);
 /* Destination, PREPARE: the config says which disk and who may remove it. */
 int mig_shared_dest_config(const char *name, const char *diskdir, const char *hello_created);
 /* Destination, failure: the standby attachment goes (the disk stays). */

@@ -22,6 +22,7 @@
 #include "criu.h"
 #include "disk.h"
 #include "error.h"
+#include "fs-freeze.h"
 #include "libploop.h"
 #include "migrate-images.h"
 #include "migrate-internal.h"
@@ -50,8 +51,19 @@ struct src {
 void mig_test_hook(const char *phase)
 {
   const char *p = getenv("PLOOP_MIGRATE_HOOK_PHASE"), *cmd = getenv("PLOOP_MIGRATE_HOOK");
-  if (p && cmd && strcmp(p, phase) == 0 && system(cmd) != 0) {
-    /* the hook's own failure is the test's business */
+  if (!p || !cmd)
+    return;
+  /* PHASE or a comma-separated list of phases; the hook learns which one
+   * from $PLOOP_MIGRATE_PHASE */
+  size_t n = strlen(phase);
+  for (const char *q = p; q; q = strchr(q, ',') ? strchr(q, ',') + 1 : NULL) {
+    if (strncmp(q, phase, n) == 0 && (q[n] == ',' || !q[n])) {
+      setenv("PLOOP_MIGRATE_PHASE", phase, 1);
+      if (system(cmd) != 0) {
+        /* the hook's own failure is the test's business */
+      }
+      return;
+    }
   }
 }
 
@@ -191,9 +203,8 @@ static int freeze_and_sync(struct src *s, uint64_t *t)
     return ct_wrap("freeze %s", s->o->name);
   s->frozen = true;
   ph->freeze = lap(t);
-  cleanup_close int mfd = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (mfd < 0 || syncfs(mfd) < 0)
-    return ct_fail(errno, "sync the filesystem of %s", s->o->name);
+  if (ploop_fs_sync(s->mnt) < 0)
+    return ct_fail(0, "sync the filesystem of %s: %s", s->o->name, ploop_get_error());
   ph->sync = lap(t);
   return 0;
 }
@@ -307,10 +318,13 @@ static int shared_handover(struct src *s)
   uint64_t t = s->t_freeze;
   s->r->shared = true;
   if (s->r->online) {
-    /* most dirty data goes out before the freeze: the frozen syncfs is short */
-    int pre = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* Most dirty data and the journal go out before the freeze, so the
+     * frozen syncfs and FIFREEZE's own journal flush have little left to
+     * do. Best effort: the frozen window syncs for real. */
+    int pre = ploop_fs_open_mount(s->mnt);
     if (pre >= 0) {
-      syncfs(pre);
+      ploop_fs_sync_fd(pre, s->mnt);
+      ploop_fs_checkpoint_fd(pre, s->mnt);
       close(pre);
     }
     if (freeze_and_sync(s, &t) < 0)
@@ -436,6 +450,9 @@ static int commit(struct src *s)
   char ms[32];
   if (mig_kv(ready, "attach_ms", ms, sizeof ms))
     s->r->ph.dest_attach = strtod(ms, NULL);
+  if (mig_kv(ready, "acquire_ms", ms, sizeof ms))
+    s->r->acquire_ms = strtod(ms, NULL);
+  s->r->acquire_ahead = mig_kv(ready, "acquire", ms, sizeof ms) && strcmp(ms, "ahead") == 0;
   mig_test_hook("ready");
   /* A peer that hung up (or spoke out of turn) cannot take COMMIT: that is a
    * plain failure, not doubt. */
@@ -457,6 +474,8 @@ static int commit(struct src *s)
     return CT_EXIT_IN_DOUBT;
   s->r->downtime_ms = ms_since(s->t_freeze);
   s->r->ph.commit = lap(&t);
+  if (mig_kv(ans, "mount_ms", ms, sizeof ms))
+    s->r->ph.dest_mount = strtod(ms, NULL);
   if (mig_kv(ans, "start_ms", ms, sizeof ms))
     s->r->ph.dest_start = strtod(ms, NULL);
   char state[32], err[512];

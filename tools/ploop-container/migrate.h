@@ -39,6 +39,7 @@ struct mig_phases {
   double prepare, dest_attach;   /* PREPARE..READY; the destination's mount (and attach, if not early) */
   double commit, dest_start;     /* COMMIT..COMMITTED; the destination's start/restore */
   double fsfreeze, release;      /* shared disk: FIFREEZE, the daemon's RELEASE */
+  double dest_mount;             /* shared disk: the destination's mount after COMMIT (in dest_start) */
 };
 
 struct mig_result {
@@ -60,6 +61,8 @@ struct mig_result {
   double hello_ms, finish_ms;
   double round_ms[MIG_MAX_ROUNDS + 1], round_send_ms[MIG_MAX_ROUNDS + 1],
       round_receive_ms[MIG_MAX_ROUNDS + 1];
+  double acquire_ms;        /* shared disk: the destination's ACQUIRE (its daemon's lock and open) */
+  bool acquire_ahead;       /* which found the disk's top opened ahead */
   struct mig_phases ph;
 };
 

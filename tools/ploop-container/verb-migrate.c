@@ -63,6 +63,8 @@ static void print_result(const struct mig_opts *o, const struct mig_result *r, b
            r->bytes_sent, r->downtime_ms, r->total_ms, r->criu ? "true" : "false",
            r->online ? "true" : "false", r->stop_reason ? r->stop_reason : "", r->criu_bytes,
            r->dest_pre_attach_ms, r->shared ? "true" : "false");
+    if (r->shared)
+      printf("\"acquire_ms\":%.1f,\"acquire_ahead\":%s,", r->acquire_ms, r->acquire_ahead ? "true" : "false");
     if (r->criu_why) {
       printf("\"criu_why\":\"");
       for (const char *c = r->criu_why; *c; c++)
@@ -81,9 +83,9 @@ static void print_result(const struct mig_opts *o, const struct mig_result *r, b
     const struct mig_phases *p = &r->ph;
     printf("\"phases_ms\":{\"freeze\":%.1f,\"sync\":%.1f,\"snapshot\":%.1f,\"checkpoint\":%.1f,"
            "\"last_round\":%.1f,\"send\":%.1f,\"dest_receive\":%.1f,\"prepare\":%.1f,\"dest_attach\":%.1f,"
-           "\"commit\":%.1f,\"dest_start\":%.1f,\"fsfreeze\":%.1f,\"release\":%.1f}}\n",
+           "\"commit\":%.1f,\"dest_start\":%.1f,\"fsfreeze\":%.1f,\"release\":%.1f,\"dest_mount\":%.1f}}\n",
            p->freeze, p->sync, p->snapshot, p->checkpoint, p->round, p->send, p->dest_receive, p->prepare,
-           p->dest_attach, p->commit, p->dest_start, p->fsfreeze, p->release);
+           p->dest_attach, p->commit, p->dest_start, p->fsfreeze, p->release, p->dest_mount);
     return;
   }
   for (unsigned i = 0; i < r->n_rounds; i++) {
