@@ -172,14 +172,8 @@ static int live_rounds(struct src *s)
     /* The round's dirty pages down to the disk first, so that this round's
      * snapshot carries them: what is left for the frozen round (and its
      * frozen syncfs) is only what was written since the last live round. */
-    int mfd = open(s->mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (mfd < 0 || syncfs(mfd) < 0) {
-      int e = errno;
-      if (mfd >= 0)
-        close(mfd);
-      return ct_fail(e, "round %u: sync the filesystem of %s", round, s->o->name);
-    }
-    close(mfd);
+    if (ploop_fs_sync(s->mnt) < 0)
+      return ct_fail(0, "round %u: sync the filesystem of %s: %s", round, s->o->name, ploop_get_error());
     /* Live rounds need no consistent filesystem (the frozen round makes the
      * state consistent), so no FIFREEZE here: the writer never stalls. */
     if (ploop_ctl_snapshot(s->diskdir, NULL, guid) < 0)
